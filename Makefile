@@ -1,0 +1,92 @@
+# Patch series against vLLM v0.22.1: see README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON  ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+SERIES  := $(PYTHON) tools/series.py
+TREE    ?= tree
+ARGS    ?=
+FORCE   ?=
+EACH    ?=
+
+.PHONY: help base tree export check venv pytest hf-cache tiny-model test test-tooling \
+        test-upstream test-series test-e2e test-bench demo bench clean
+
+help:
+	@echo "make demo      build the patched tree and run the main demo"
+	@echo "make test      everything CI runs (tooling tests, check, upstream regression, series tests, e2e)"
+	@echo "make tree      materialise build/base and build/tree (FORCE=1 to discard unexported work)"
+	@echo "make export    write patches/ from build/tree (upstream..HEAD)"
+	@echo "make check     series applies, round-trips, has good messages, is ruff-clean (EACH=1: tests per patch)"
+	@echo "make pytest TREE=base|tree ARGS='...'   run pytest inside a tree"
+	@echo "make bench     the full replay benchmark (build/bench/report.md)"
+
+base:
+	$(SERIES) base
+
+tree:
+	$(SERIES) tree $(if $(FORCE),--force)
+
+export:
+	$(SERIES) export
+
+# The environment: created on demand, once (see tools/setup_venv.sh).
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: tools/setup_venv.sh tools/requirements-extra.txt
+	$(SERIES) base
+	PYTHON=$(PYTHON) bash tools/setup_venv.sh
+
+# Offline Hugging Face cache and the tiny multimodal model (generated locally).
+hf-cache: build/hf/.stamp
+build/hf/.stamp: tools/make_hf_cache.py | $(VENV)/.stamp
+	$(VPY) tools/make_hf_cache.py --out build/hf
+	touch $@
+
+tiny-model: build/models/tiny-qwen2-vl/.stamp
+build/models/tiny-qwen2-vl/.stamp: tools/make_tiny_mm_model.py | $(VENV)/.stamp
+	$(VPY) tools/make_tiny_mm_model.py --out build/models/tiny-qwen2-vl
+	touch $@
+
+check: $(VENV)/.stamp
+	$(VPY) tools/series.py check $(if $(EACH),--each)
+
+pytest: $(VENV)/.stamp hf-cache
+	$(VPY) tools/series.py tree $(if $(FORCE),--force) >/dev/null
+	$(VPY) tools/series.py pytest --tree $(TREE) $(ARGS)
+
+# ------------------------------------------------------------------ tests
+test: test-tooling check test-upstream test-series test-e2e test-bench
+	@echo "make test: all green"
+
+test-tooling: $(VENV)/.stamp
+	$(VPY) -m pytest -q tests/tooling
+
+test-upstream: $(VENV)/.stamp hf-cache
+	$(VPY) tools/series.py tree
+	$(VPY) tools/regression.py
+
+test-series: $(VENV)/.stamp hf-cache
+	$(VPY) tools/series.py tree
+	$(VPY) tools/series.py series-tests
+
+test-e2e: $(VENV)/.stamp hf-cache tiny-model
+	$(VPY) tools/series.py tree
+	$(VPY) -m pytest -q tests/e2e
+
+test-bench: $(VENV)/.stamp hf-cache
+	$(VPY) tools/series.py tree
+	$(VPY) -m pytest -q tests/bench
+
+# ------------------------------------------------------------------- jobs
+demo: $(VENV)/.stamp hf-cache tiny-model
+	$(VPY) tools/series.py tree
+	$(VPY) bench/run.py --quick
+
+bench: $(VENV)/.stamp hf-cache
+	$(VPY) tools/series.py tree
+	$(VPY) bench/run.py
+
+clean:
+	rm -rf build/base build/tree build/bench build/hf build/models

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Upstream regression: every upstream test that passes on build/base must
+pass on build/tree.
+
+Runs the same upstream test modules in both trees (the two runs in parallel,
+one per core), reads their JUnit XML and prints both counts. Fails if any test
+that passed on base does not pass on the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import series  # noqa: E402
+
+# The modules the issue names; upstream test modules touched by a patch are
+# added at run time.
+MODULES = [
+    "tests/v1/core/test_scheduler.py",
+    "tests/v1/core/test_encoder_cache_manager.py",
+    "tests/v1/core/test_output.py",
+    "tests/v1/core/test_async_scheduler.py",
+    "tests/v1/ec_connector/unit",
+    "tests/v1/worker/test_gpu_model_runner.py",
+    "tests/v1/worker/test_gpu_input_batch.py",
+    "tests/engine/test_arg_utils.py",
+]
+KNOWN_CUDA_ONLY = series.ROOT / "tools" / "known_cuda_only.txt"
+
+
+def known_cuda_only() -> list[str]:
+    if not KNOWN_CUDA_ONLY.exists():
+        return []
+    out = []
+    for line in KNOWN_CUDA_ONLY.read_text().splitlines():
+        nodeid = line.split("#", 1)[0].strip()
+        if nodeid:
+            out.append(nodeid)
+    return out
+
+
+def touched_upstream_tests() -> list[str]:
+    """Upstream test modules (present in build/base) that a patch changes."""
+    tree = series.BUILD / "tree"
+    base = series.BUILD / "base"
+    out = series.git(tree, "diff", "--name-only", "upstream..HEAD").stdout.split()
+    return sorted(
+        f for f in out
+        if f.startswith("tests/") and Path(f).name.startswith("test_")
+        and f.endswith(".py") and (base / f).exists()
+    )
+
+
+def results(xml_path: Path) -> dict[str, str]:
+    """nodeid-ish key -> outcome (passed/failed/error/skipped)."""
+    out: dict[str, str] = {}
+    if not xml_path.exists():
+        return out
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        key = f"{case.get('classname')}::{case.get('name')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        out[key] = outcome
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--modules", nargs="*", help="override the module list")
+    args = ap.parse_args()
+    modules = args.modules or sorted(set(MODULES) | set(touched_upstream_tests()))
+    deselect = [a for n in known_cuda_only() for a in ("--deselect", n)]
+    outdir = series.BUILD / "regression"
+    outdir.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for name in ("base", "tree"):
+        repo = series.BUILD / name
+        existing = [m for m in modules if (repo / m).exists()]
+        xml = outdir / f"{name}.xml"
+        xml.unlink(missing_ok=True)
+        log = open(outdir / f"{name}.log", "w")
+        cmd = [sys.executable, "-m", "pytest", "-p", "cpu_shims", "-p", "no:cacheprovider",
+               "-q", "-rfE", "--timeout=900", f"--junitxml={xml}", *deselect, *existing]
+        print(f"[regression] {name}: pytest {' '.join(existing)}", flush=True)
+        procs[name] = (subprocess.Popen(cmd, cwd=repo, env=series.tree_env(repo),
+                                        stdout=log, stderr=subprocess.STDOUT), log)
+    for name, (proc, log) in procs.items():
+        proc.wait()
+        log.close()
+    res = {name: results(outdir / f"{name}.xml") for name in procs}
+    for name in procs:
+        counts: dict[str, int] = {}
+        for outcome in res[name].values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        print(f"[regression] {name}: " + ", ".join(
+            f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped")
+        ) + f"  (log: {outdir / (name + '.log')})")
+    if not res["base"]:
+        print("[regression] no results from build/base; see its log", file=sys.stderr)
+        return 1
+    lost = sorted(k for k, v in res["base"].items()
+                  if v == "passed" and res["tree"].get(k) != "passed")
+    if lost:
+        print(f"[regression] {len(lost)} test(s) pass on base but not on tree:")
+        for k in lost:
+            print(f"  {k}: {res['tree'].get(k, 'missing')}")
+        return 1
+    base_passed = sum(v == "passed" for v in res["base"].values())
+    print(f"[regression] OK: all {base_passed} tests passing on base pass on tree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
