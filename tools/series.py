@@ -380,10 +380,13 @@ def check_message(name: str, msg: str) -> list[str]:
     title = lines[0] if lines else ""
     if not TITLE_RE.match(title):
         errors.append(f"{name}: title {title!r} lacks a vLLM-style prefix such as [Core]")
-    body = [l for l in lines[1:] if l.strip() and not re.match(r"^[A-Za-z-]+-by: ", l)]
+    body = [
+        line for line in lines[1:]
+        if line.strip() and not re.match(r"^[A-Za-z-]+-by: ", line)
+    ]
     if not body:
         errors.append(f"{name}: commit message has no body saying why")
-    if not any(re.match(r"^Signed-off-by: .+ <.+>$", l) for l in lines):
+    if not any(re.match(r"^Signed-off-by: .+ <.+>$", line) for line in lines):
         errors.append(f"{name}: no Signed-off-by: line")
     return errors
 
@@ -391,7 +394,7 @@ def check_message(name: str, msg: str) -> list[str]:
 def touched_files(repo: Path, rev: str) -> list[str]:
     out = git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=d",
               f"{rev}^", rev).stdout
-    return [l for l in out.splitlines() if l]
+    return [line for line in out.splitlines() if line]
 
 
 def ruff_errors(repo: Path, files: list[str]) -> list[str]:
