@@ -546,6 +546,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("env")
     p.add_argument("--tree", default="tree")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pytest"]:
+        # `pytest [--tree X] [--] ARGS...`: everything else goes to pytest as is.
+        rest, tree = argv[1:], "tree"
+        if rest[:1] == ["--tree"] and len(rest) > 1:
+            tree, rest = rest[1], rest[2:]
+        elif rest[:1] and rest[0].startswith("--tree="):
+            tree, rest = rest[0].split("=", 1)[1], rest[1:]
+        if rest[:1] == ["--"]:
+            rest = rest[1:]
+        try:
+            return run_pytest(tree_dir(tree), rest)
+        except SeriesError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     args = ap.parse_args(argv)
     try:
         if args.cmd == "fetch":
