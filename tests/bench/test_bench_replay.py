@@ -1,0 +1,144 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Replay through the real scheduler (in a child process per tree)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import bound as B
+from bench import workloads as W
+from bench.runner import default_spec
+from bench.trace import MMItem, Trace, TraceRequest
+
+TIMING = {
+    "wall_us_per_step_median",
+    "wall_us_per_step_p90",
+    "wall_us_per_step_mean",
+    "cpu_us_per_step_median",
+    "build_s",
+    "wall_s",
+    "id",
+}
+
+
+def _pressure_trace(tmp_path) -> str:
+    """A 600-embedding cache: X, then X+Y (Y needs X's space), Z evicts, X again."""
+    reqs = [
+        TraceRequest("r0", 0.0, 400, 2, (MMItem("X", 10, 300),)),
+        TraceRequest("r1", 1.0, 800, 2, (MMItem("X", 10, 300), MMItem("Y", 320, 400))),
+        TraceRequest("r2", 2.0, 600, 2, (MMItem("Z", 10, 500),)),
+        TraceRequest("r3", 3.0, 400, 2, (MMItem("X", 10, 300),)),
+    ]
+    return str(Trace("pressure", reqs).save(tmp_path / "pressure.jsonl"))
+
+
+def test_default_manager_passes_pressure_trace(base_child, tmp_path):
+    res = base_child.run(default_spec(_pressure_trace(tmp_path), device_embeds=600))
+    assert res["status"] == "ok", res
+    # X is computed twice (evicted by Z), Y and Z once; r1's X is a hit.
+    assert res["encoded_embeds"] == 300 + 400 + 500 + 300
+    assert res["hits"]["device"] == 1
+    assert res["max_device_embeds"] <= 600
+
+
+@pytest.mark.parametrize("cls", ["ForgetsRefManager", "StaleHitManager"])
+def test_broken_manager_fails_loudly(base_child, tmp_path, cls):
+    spec = default_spec(
+        _pressure_trace(tmp_path),
+        device_embeds=600,
+        manager={
+            "kind": "class",
+            "cls": f"bench.broken_managers.{cls}",
+            "via": "inject",
+        },
+    )
+    res = base_child.run(spec)
+    assert res["status"] == "error", res
+    assert res["kind"] == "WorkerModelError"
+    assert "needs encoder output 'X'" in res["message"]
+
+
+def test_two_tier_skipping_promotions_fails_loudly(tree_child, tmp_path):
+    f = tree_child.features
+    via = "config" if f["two_tier"] and f["ec_manager_metadata"] else "inject"
+    mcfg = {"host_cache_embeddings": 1000, "policy": "lru"}
+    trace = _pressure_trace(tmp_path)
+    good = tree_child.run(
+        default_spec(
+            trace,
+            device_embeds=600,
+            host_embeds=1000,
+            manager={"kind": "twotier", "policy": "lru", "via": via},
+        )
+    )
+    assert good["status"] == "ok", good
+    assert good["hits"]["host"] >= 1  # X comes back from the host for r3
+    bad = tree_child.run(
+        default_spec(
+            trace,
+            device_embeds=600,
+            host_embeds=1000,
+            manager={
+                "kind": "class",
+                "cls": "bench.broken_managers.SkipsPromotionsManager",
+                "manager_config": mcfg,
+                "via": via,
+            },
+        )
+    )
+    assert bad["status"] == "error" and bad["kind"] == "WorkerModelError", bad
+    assert "on the host only" in bad["message"]
+
+
+def _small_multi_turn(tmp_path, seed: int, name: str) -> str:
+    t = W.multi_turn(
+        seed, W.MultiTurnParams(conversations=5, conv_rate_per_s=1.0, think_s=3.0)
+    )
+    return str(t.save(tmp_path / name))
+
+
+def test_determinism(base_child, tmp_path):
+    a = _small_multi_turn(tmp_path, 7, "a.jsonl")
+    b = _small_multi_turn(tmp_path, 7, "b.jsonl")
+    assert open(a, "rb").read() == open(b, "rb").read()
+    r1 = base_child.run(default_spec(a, device_embeds=4096))
+    r2 = base_child.run(default_spec(b, device_embeds=4096))
+    assert r1["status"] == r2["status"] == "ok"
+    k1 = {k: v for k, v in r1.items() if k not in TIMING and k != "trace"}
+    k2 = {k: v for k, v in r2.items() if k not in TIMING and k != "trace"}
+    assert k1 == k2
+    r3 = base_child.run(
+        default_spec(_small_multi_turn(tmp_path, 8, "c.jsonl"), device_embeds=4096)
+    )
+    assert r3["access_seq"] != r1["access_seq"]  # the seed matters
+
+
+@pytest.mark.parametrize("cap", [2304, 4096, 8192])
+def test_replay_hits_never_exceed_bound(base_child, tmp_path, cap):
+    path = _small_multi_turn(tmp_path, 3, "m.jsonl")
+    res = base_child.run(default_spec(path, device_embeds=cap))
+    assert res["status"] == "ok", res
+    seq = [(h, s) for h, s in res["access_seq"]]
+    hits = res["hit_embeds"]["device"] + res["hit_embeds"]["host"]
+    assert res["accessed_embeds"] == sum(s for _, s in seq)
+    assert hits <= B.foo_upper_bound(seq, cap) + 1e-6
+    assert res["encoded_embeds"] == res["accessed_embeds"] - hits
+
+
+def test_two_tier_hits_never_exceed_bound(tree_child, tmp_path):
+    f = tree_child.features
+    via = "config" if f["two_tier"] and f["ec_manager_metadata"] else "inject"
+    path = _small_multi_turn(tmp_path, 3, "m.jsonl")
+    for policy in ("lru", "score"):
+        res = tree_child.run(
+            default_spec(
+                path,
+                device_embeds=2304,
+                host_embeds=4096,
+                manager={"kind": "twotier", "policy": policy, "via": via},
+            )
+        )
+        assert res["status"] == "ok", res
+        seq = [(h, s) for h, s in res["access_seq"]]
+        hits = res["hit_embeds"]["device"] + res["hit_embeds"]["host"]
+        assert hits <= B.foo_upper_bound(seq, 2304 + 4096) + 1e-6

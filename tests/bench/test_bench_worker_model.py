@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The worker model on hand-written steps (no vLLM needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.worker_model import Feature, StepInput, WorkerModel, WorkerModelError
+
+X = Feature("x", offset=10, length=100, embeds=100)
+Y = Feature("y", offset=120, length=50, embeds=50)
+
+
+def _first_step(w: WorkerModel) -> None:
+    w.step(
+        StepInput(
+            step=0,
+            new_reqs=[("a", [X, Y], 0, 200)],
+            num_scheduled={"a": 200},
+            encoder_inputs={"a": [0, 1]},
+        )
+    )
+
+
+def test_compute_then_hit():
+    w = WorkerModel(device_capacity=200)
+    _first_step(w)
+    st = w.step(
+        StepInput(step=1, new_reqs=[("b", [X], 0, 150)], num_scheduled={"b": 150})
+    )
+    assert st.encoded_embeds == 0 and st.prefill_tokens == 150
+    assert [k for _, _, k in w.accesses] == ["miss", "miss", "device"]
+
+
+def test_missing_output_fails_loudly():
+    w = WorkerModel(device_capacity=200)
+    _first_step(w)
+    with pytest.raises(WorkerModelError, match="needs encoder output 'x'.*nowhere"):
+        w.step(
+            StepInput(
+                step=1,
+                free_hashes=["x"],
+                new_reqs=[("b", [X], 0, 150)],
+                num_scheduled={"b": 150},
+            )
+        )
+
+
+def test_demote_promote_round_trip():
+    w = WorkerModel(device_capacity=150, host_capacity=200)
+    _first_step(w)
+    w.step(StepInput(step=1, manager_ops=[("demote", "x")]))
+    assert "x" in w.host and "x" not in w.device
+    with pytest.raises(WorkerModelError, match="on the host only"):
+        w.step(
+            StepInput(step=2, new_reqs=[("b", [X], 0, 150)], num_scheduled={"b": 150})
+        )
+    w2 = WorkerModel(device_capacity=150, host_capacity=200)
+    _first_step(w2)
+    w2.step(StepInput(step=1, manager_ops=[("demote", "x")]))
+    st = w2.step(
+        StepInput(
+            step=2,
+            manager_ops=[("promote", "x")],
+            new_reqs=[("b", [X], 0, 150)],
+            num_scheduled={"b": 150},
+        )
+    )
+    assert st.h2d_embeds == 100 and w2.accesses[-1][2] == "host"
+
+
+def test_bad_metadata_and_budget_fail():
+    w = WorkerModel(device_capacity=150, host_capacity=10)
+    _first_step(w)
+    with pytest.raises(WorkerModelError, match="promotes 'x'"):
+        w.step(StepInput(step=1, manager_ops=[("promote", "x")]))
+    w = WorkerModel(device_capacity=150, host_capacity=10)
+    _first_step(w)
+    with pytest.raises(WorkerModelError, match="host tier holds 100"):
+        w.step(StepInput(step=1, manager_ops=[("demote", "x")]))
+    w = WorkerModel(device_capacity=120)
+    with pytest.raises(WorkerModelError, match="device tier holds 150"):
+        _first_step(w)
+
+
+def test_only_overlapping_items_are_needed():
+    w = WorkerModel(device_capacity=200)
+    # Tokens 0..50 only: x (10..110) is needed, y (120..170) is not.
+    w.step(
+        StepInput(
+            step=0,
+            new_reqs=[("a", [X, Y], 0, 200)],
+            num_scheduled={"a": 50},
+            encoder_inputs={"a": [0]},
+        )
+    )
+    with pytest.raises(WorkerModelError, match="'y'"):
+        w.step(StepInput(step=1, cached_reqs=[("a", 50)], num_scheduled={"a": 100}))
