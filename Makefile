@@ -12,7 +12,7 @@ FORCE   ?=
 EACH    ?=
 
 .PHONY: help base tree export check venv pytest hf-cache tiny-model test test-tooling \
-        test-upstream test-series test-e2e test-bench demo bench clean
+        test-upstream test-series test-e2e test-bench demo demo-engine bench clean
 
 help:
 	@echo "make demo      build the patched tree and run the main demo"
@@ -22,6 +22,7 @@ help:
 	@echo "make check     series applies, round-trips, has good messages, is ruff-clean (EACH=1: tests per patch)"
 	@echo "make pytest TREE=base|tree ARGS='...'   run pytest inside a tree"
 	@echo "make bench     the full replay benchmark (build/bench/report.md)"
+	@echo "make demo-engine TREE=base|tree   the real engine on CPU with the tiny multimodal model"
 
 base:
 	$(SERIES) base
@@ -80,6 +81,11 @@ test-bench: $(VENV)/.stamp hf-cache
 demo: $(VENV)/.stamp hf-cache tiny-model
 	$(VPY) tools/series.py tree
 	$(VPY) bench/run.py --quick
+
+# The real engine on CPU with the tiny multimodal model, from one tree.
+demo-engine: $(VENV)/.stamp hf-cache tiny-model
+	$(VPY) tools/series.py tree
+	$(VPY) tools/demo_engine.py --tree $(TREE)
 
 bench: $(VENV)/.stamp hf-cache
 	$(VPY) tools/series.py tree

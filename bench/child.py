@@ -3,7 +3,9 @@
 
 Started by :class:`bench.runner.TreeProcess` with ``tree_env(tree)`` plus the
 repository root on PYTHONPATH. Protocol: one JSON command per stdin line
-(``{"id": n, "cmd": "probe"|"run"|"exit", "spec": {...}}``); one reply per
+(``{"id": n, "cmd": "probe"|"run"|"start"|"resume"|"exit", "spec": {...},
+"key": ...}``; ``start``/``resume`` advance a run by ``spec["chunk_steps"]``
+steps and reply ``{"status": "running"}`` until it ends); one reply per
 command on stdout, on a line starting with :data:`MARK` (vLLM's own log
 lines may share stdout). A run that hits a worker-model inconsistency
 replies ``{"status": "error", "kind": "WorkerModelError", ...}``.
@@ -43,6 +45,7 @@ def main() -> int:
             "warm_s": warm_s,
         }
     )
+    running: dict[str, object] = {}  # key -> paused run_iter generator
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -56,6 +59,19 @@ def main() -> int:
         try:
             if cmd == "probe":
                 res = {"status": "ok", "features": replay.probe()}
+            elif cmd in ("start", "resume"):
+                key = msg["key"]
+                if cmd == "start":
+                    running[key] = replay.run_iter(msg["spec"], feats)
+                try:
+                    next(running[key])  # type: ignore[call-overload]
+                    res = {"status": "running"}
+                except StopIteration as stop:
+                    res = stop.value
+                    del running[key]
+                except BaseException:
+                    running.pop(key, None)
+                    raise
             elif cmd == "run":
                 pin = msg["spec"].get("pin_cpu")
                 old = os.sched_getaffinity(0) if pin is not None else None

@@ -19,6 +19,7 @@ import importlib.util
 import statistics
 import time
 import zlib
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -364,7 +365,23 @@ def _pct(xs: list[float], q: float) -> float:
 
 def run(spec: dict[str, Any], feats: dict[str, Any]) -> dict[str, Any]:
     """Replay ``spec["trace"]`` and return the run's metrics (JSON-able)."""
+    g = run_iter(spec, feats)
+    while True:
+        try:
+            next(g)
+        except StopIteration as stop:
+            return stop.value
+
+
+def run_iter(
+    spec: dict[str, Any], feats: dict[str, Any]
+) -> Generator[None, None, dict]:
+    """:func:`run` as a generator that pauses every ``spec["chunk_steps"]``
+    steps (never when unset), so the parent can interleave runs of two trees
+    at a fine grain; the result is the generator's return value."""
     from vllm.v1.outputs import ModelRunnerOutput
+
+    chunk = spec.get("chunk_steps")
 
     trace = Trace.load(spec["trace"])
     cost = CostModel(**spec.get("cost", {}))
@@ -426,6 +443,8 @@ def run(spec: dict[str, Any], feats: dict[str, Any]) -> dict[str, Any]:
     gc.collect()
     last_progress = 0
     while i < n or sched.get_num_unfinished_requests() > 0:
+        if chunk and steps and steps % chunk == 0:
+            yield  # paused; the timed sections are all inside one step
         while i < n and reqs[i].arrival_s <= clock + 1e-12:
             sched.add_request(_make_request(reqs[i], reqs[i].arrival_s, block_hasher))
             i += 1

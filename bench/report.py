@@ -227,9 +227,10 @@ def _overhead_lines(r: dict[str, Any]) -> list[str]:
     if not o.get("setups"):
         return ["(not measured)", ""]
     lines = [
-        f"Workload `{o['workload']}`, {o['rounds']} alternating rounds (order rotated each "
-        "round), scheduler wall time = `schedule()` + `update_from_output()` per step "
-        "that scheduled tokens.",
+        f"Workload `{o['workload']}`, {o['rounds']} rounds; in each round the setups "
+        "replay the trace interleaved in 50-step slices (one child computes at a time, "
+        "order rotated each round). Scheduler wall time = `schedule()` + "
+        "`update_from_output()` per step that scheduled tokens.",
         "",
         "| setup | median µs/step | p90 µs/step | steps | ratio to base default | "
         "per-round ratios | CPU µs/step (median) | CPU ratio |",

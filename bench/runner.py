@@ -87,12 +87,15 @@ class TreeProcess:
             self.ready_s = time.perf_counter() - self.started
         return self.features
 
-    def request(self, cmd: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    def request(
+        self, cmd: str, spec: dict[str, Any] | None = None, key: str | None = None
+    ) -> dict[str, Any]:
         self.wait_ready()
         mid = self._next
         self._next += 1
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"id": mid, "cmd": cmd, "spec": spec}) + "\n")
+        msg = {"id": mid, "cmd": cmd, "spec": spec, "key": key}
+        self.proc.stdin.write(json.dumps(msg) + "\n")
         self.proc.stdin.flush()
         r = self._read_reply()
         if r.get("id") != mid:

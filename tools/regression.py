@@ -30,6 +30,10 @@ MODULES = [
     "tests/v1/worker/test_gpu_model_runner.py",
     "tests/v1/worker/test_gpu_input_batch.py",
     "tests/engine/test_arg_utils.py",
+    # Upstream tests of upstream modules the series changes
+    # (kv_cache_manager.py: prefix-cache stats; metrics/stats.py).
+    "tests/v1/core/test_prefix_caching.py",
+    "tests/v1/metrics/test_stats.py",
 ]
 KNOWN_CUDA_ONLY = series.ROOT / "tools" / "known_cuda_only.txt"
 
@@ -46,15 +50,22 @@ def known_cuda_only() -> list[str]:
 
 
 def touched_upstream_tests() -> list[str]:
-    """Upstream test modules (present in build/base) that a patch changes."""
+    """Upstream test modules (present in build/base) that a patch changes,
+    and the upstream test module mirroring each upstream module a patch
+    changes (vllm/a/b.py -> tests/a/test_b.py)."""
     tree = series.BUILD / "tree"
     base = series.BUILD / "base"
     out = series.git(tree, "diff", "--name-only", "upstream..HEAD").stdout.split()
-    return sorted(
-        f for f in out
-        if f.startswith("tests/") and Path(f).name.startswith("test_")
-        and f.endswith(".py") and (base / f).exists()
-    )
+    found = set()
+    for f in out:
+        if not f.endswith(".py"):
+            continue
+        if f.startswith("vllm/"):
+            rel = Path("tests") / Path(f).relative_to("vllm")
+            f = str(rel.parent / f"test_{rel.name}")
+        if f.startswith("tests/") and Path(f).name.startswith("test_") and (base / f).exists():
+            found.add(f)
+    return sorted(found)
 
 
 def results(xml_path: Path) -> dict[str, str]:
@@ -79,6 +90,13 @@ def main() -> int:
     ap.add_argument("--modules", nargs="*", help="override the module list")
     args = ap.parse_args()
     modules = args.modules or sorted(set(MODULES) | set(touched_upstream_tests()))
+    # pytest collects a directory's other files only if a file inside it is
+    # not also named on the command line: drop files covered by a directory.
+    dirs = [m for m in modules if not m.endswith(".py")]
+    modules = [
+        m for m in modules
+        if not (m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs))
+    ]
     deselect = [a for n in known_cuda_only() for a in ("--deselect", n)]
     outdir = series.BUILD / "regression"
     outdir.mkdir(parents=True, exist_ok=True)
