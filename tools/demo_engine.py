@@ -55,10 +55,13 @@ def summarize(res: dict[str, Any], model: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--tree", default="tree", help="base, tree, or a checkout path")
-    ap.add_argument("--rounds", type=int, default=2, help="generate calls (same images)")
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="generate calls (same images)"
+    )
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--log", action="store_true", help="print the engine's log")
     args = ap.parse_args(argv)

@@ -135,6 +135,7 @@ def install_probe(worker: Any) -> dict[str, Any]:
         for attr in VISION_TOWER_ATTRS:
             tower = getattr(model, attr, None)
             if tower is not None and hasattr(tower, "register_forward_pre_hook"):
+
                 def _pre_hook(_mod: Any, inputs: tuple) -> None:
                     counters["vision_forward_calls"] += 1
                     if inputs and hasattr(inputs[0], "shape"):
@@ -198,7 +199,9 @@ def _child(spec_path: str, out_path: str) -> int:
     requests: list[Any] = []
     for i, prompt in enumerate(spec["prompts"]):
         if i < len(images):
-            requests.append({"prompt": prompt, "multi_modal_data": {"image": images[i]}})
+            requests.append(
+                {"prompt": prompt, "multi_modal_data": {"image": images[i]}}
+            )
         else:
             requests.append({"prompt": prompt})
     params = SamplingParams(**spec["sampling"])
@@ -213,17 +216,22 @@ def _child(spec_path: str, out_path: str) -> int:
             {k: a["counters"][k] - b["counters"][k] for k in a["counters"]}
             for a, b in zip(after, before, strict=False)
         ]
-        rounds.append({
-            "generate_s": gen_s,
-            "outputs": [
-                {"text": o.outputs[0].text, "token_ids": list(o.outputs[0].token_ids),
-                 "num_prompt_tokens": len(o.prompt_token_ids or [])}
-                for o in outs
-            ],
-            "counters": deltas[0],
-            "per_worker": deltas,
-            "encoder_cache_entries": after[0]["encoder_cache_entries"],
-        })
+        rounds.append(
+            {
+                "generate_s": gen_s,
+                "outputs": [
+                    {
+                        "text": o.outputs[0].text,
+                        "token_ids": list(o.outputs[0].token_ids),
+                        "num_prompt_tokens": len(o.prompt_token_ids or []),
+                    }
+                    for o in outs
+                ],
+                "counters": deltas[0],
+                "per_worker": deltas,
+                "encoder_cache_entries": after[0]["encoder_cache_entries"],
+            }
+        )
     result = {
         "driver_pid": os.getpid(),
         "vllm_path": str(Path(vllm.__file__).resolve().parent),
@@ -236,7 +244,9 @@ def _child(spec_path: str, out_path: str) -> int:
     return 0
 
 
-def child_env(tree: str | Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    tree: str | Path, extra_env: dict[str, str] | None = None
+) -> dict[str, str]:
     """The tree's environment (``series.tree_env``) plus what the probe
     needs: ``tools/`` importable in every process (the probe functions are
     pickled by reference) and cloudpickled callables allowed over RPC."""
@@ -287,17 +297,31 @@ def run_generate(
             p = Path(tmp) / f"image{i}.png"
             img.save(p)
             paths.append(str(p))
-        spec = {"llm_kwargs": llm_kwargs, "prompts": list(prompts), "images": paths,
-                "sampling": sp, "rounds": rounds}
+        spec = {
+            "llm_kwargs": llm_kwargs,
+            "prompts": list(prompts),
+            "images": paths,
+            "sampling": sp,
+            "rounds": rounds,
+        }
         spec_path = Path(tmp) / "spec.json"
         out_path = Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--child",
-             str(spec_path), str(out_path)],
-            env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, timeout=timeout,
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                str(spec_path),
+                str(out_path),
+            ],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
         )
         wall = time.monotonic() - t0
         if proc.returncode != 0 or not out_path.exists():
@@ -325,11 +349,16 @@ def make_images(n: int = 4, seed: int = 0) -> list[Any]:
         w, h = sizes[i % len(sizes)]
         y, x = np.mgrid[0:h, 0:w]
         base = rng.integers(0, 256, size=3)
-        arr = np.stack([(x * (i + 1) + base[0]) % 256,
-                        (y * (i + 2) + base[1]) % 256,
-                        ((x // 8 + y // 8) % 2) * 200 + base[2] % 56], axis=-1)
+        arr = np.stack(
+            [
+                (x * (i + 1) + base[0]) % 256,
+                (y * (i + 2) + base[1]) % 256,
+                ((x // 8 + y // 8) % 2) * 200 + base[2] % 56,
+            ],
+            axis=-1,
+        )
         x0, y0 = rng.integers(0, w // 2), rng.integers(0, h // 2)
-        arr[y0:y0 + h // 3, x0:x0 + w // 3] = rng.integers(0, 256, size=3)
+        arr[y0 : y0 + h // 3, x0 : x0 + w // 3] = rng.integers(0, 256, size=3)
         out.append(Image.fromarray(arr.astype(np.uint8), "RGB"))
     return out
 
@@ -365,13 +394,17 @@ def tiny_mm_llm_kwargs(model: str | Path, **overrides: Any) -> dict[str, Any]:
 
 def qwen2_vl_prompt(question: str) -> str:
     """A Qwen2-VL chat prompt with one image placeholder."""
-    return ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-            "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
-            f"{question}<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
+        f"{question}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         sys.exit(_child(sys.argv[2], sys.argv[3]))
-    print("usage: engine_probe.py --child SPEC OUT (use run_generate())", file=sys.stderr)
+    print(
+        "usage: engine_probe.py --child SPEC OUT (use run_generate())", file=sys.stderr
+    )
     sys.exit(2)

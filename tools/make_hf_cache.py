@@ -83,7 +83,9 @@ def corpus(num_lines: int = 4000, seed: int = 0) -> list[str]:
     return lines
 
 
-def _trained_bpe(style: str, merge_budget: int) -> tuple[list[str], list[tuple[str, str]]]:
+def _trained_bpe(
+    style: str, merge_budget: int
+) -> tuple[list[str], list[tuple[str, str]]]:
     """Learn a BPE on :func:`corpus`; return (tokens in id order, merges).
 
     ``style`` is ``"bytelevel"`` (GPT-2/Qwen2) or ``"metaspace"`` (Llama)."""
@@ -94,7 +96,9 @@ def _trained_bpe(style: str, merge_budget: int) -> tuple[list[str], list[tuple[s
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         alphabet = pre_tokenizers.ByteLevel.alphabet()
     elif style == "metaspace":
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first"
+        )
         alphabet = []
     else:
         raise ValueError(style)
@@ -107,8 +111,10 @@ def _trained_bpe(style: str, merge_budget: int) -> tuple[list[str], list[tuple[s
     data = json.loads(tok.to_str())
     vocab: dict[str, int] = data["model"]["vocab"]
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
-              for m in data["model"]["merges"]]
+    merges = [
+        tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+        for m in data["model"]["merges"]
+    ]
     if style == "bytelevel":
         # Keep every byte first, in a stable order.
         rest = [t for t in tokens if t not in set(alphabet)]
@@ -130,7 +136,14 @@ def build_tokenizer(
     tokens; the learned BPE tokens fill the lowest free ids and unreachable
     ``<|filler_N|>`` entries pad the rest, so ids match the real model.
     ``bos``, if given, is prepended to every encoded sequence (post-processor)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
 
     if any(i >= vocab_size for i in specials.values()):
         raise ValueError("special token id outside the vocabulary")
@@ -153,7 +166,9 @@ def build_tokenizer(
     if left is not None:
         raise ValueError(f"vocab_size {vocab_size} too small for the learned BPE")
     known = set(vocab)
-    merges = [m for m in merges if m[0] in known and m[1] in known and m[0] + m[1] in known]
+    merges = [
+        m for m in merges if m[0] in known and m[1] in known and m[0] + m[1] in known
+    ]
 
     if style == "bytelevel":
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
@@ -161,21 +176,38 @@ def build_tokenizer(
         tok.decoder = decoders.ByteLevel()
     else:
         unk = "<unk>" if "<unk>" in vocab else None
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk,
-                                   fuse_unk=True, byte_fallback=True))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
-                                                     split=False)
-        tok.decoder = decoders.Sequence([
-            decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-            decoders.Strip(content=" ", left=1),
-        ])
-    tok.add_special_tokens([
-        AddedToken(t, special=True, normalized=False)
-        for t, _ in sorted(specials.items(), key=lambda kv: kv[1])
-    ])
+        tok = Tokenizer(
+            models.BPE(
+                vocab=vocab,
+                merges=merges,
+                unk_token=unk,
+                fuse_unk=True,
+                byte_fallback=True,
+            )
+        )
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first", split=False
+        )
+        tok.decoder = decoders.Sequence(
+            [
+                decoders.Replace("▁", " "),
+                decoders.ByteFallback(),
+                decoders.Fuse(),
+                decoders.Strip(content=" ", left=1),
+            ]
+        )
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, _ in sorted(specials.items(), key=lambda kv: kv[1])
+        ]
+    )
     if bos is not None:
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])])
+            single=f"{bos} $A",
+            pair=f"{bos} $A {bos} $B",
+            special_tokens=[(bos, vocab[bos])],
+        )
     # Stable, pretty JSON (the Rust serializer's key order is already fixed).
     return json.dumps(json.loads(tok.to_str()), ensure_ascii=False, indent=1) + "\n"
 
@@ -183,8 +215,14 @@ def build_tokenizer(
 def added_tokens_decoder(specials: dict[str, int]) -> dict[str, dict]:
     """``tokenizer_config.json``'s ``added_tokens_decoder`` for ``specials``."""
     return {
-        str(i): {"content": t, "lstrip": False, "normalized": False,
-                 "rstrip": False, "single_word": False, "special": True}
+        str(i): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for t, i in sorted(specials.items(), key=lambda kv: kv[1])
     }
 
@@ -239,14 +277,27 @@ def opt_125m() -> dict[str, bytes]:
     }
     return {
         "config.json": _json(config),
-        "generation_config.json": _json({
-            "_from_model_config": True, "bos_token_id": 2, "eos_token_id": 2,
-            "pad_token_id": 1, "transformers_version": "4.27.0.dev0"}),
-        "special_tokens_map.json": _json({
-            "bos_token": "</s>", "eos_token": "</s>", "pad_token": "<pad>",
-            "unk_token": "</s>"}),
+        "generation_config.json": _json(
+            {
+                "_from_model_config": True,
+                "bos_token_id": 2,
+                "eos_token_id": 2,
+                "pad_token_id": 1,
+                "transformers_version": "4.27.0.dev0",
+            }
+        ),
+        "special_tokens_map.json": _json(
+            {
+                "bos_token": "</s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "</s>",
+            }
+        ),
         "tokenizer_config.json": _json(tok_cfg),
-        "tokenizer.json": build_tokenizer("bytelevel", 50265, specials, bos="</s>").encode(),
+        "tokenizer.json": build_tokenizer(
+            "bytelevel", 50265, specials, bos="</s>"
+        ).encode(),
     }
 
 
@@ -312,8 +363,15 @@ def llava_15_7b() -> dict[str, bytes]:
     base_specials = {k: v for k, v in specials.items() if v < 32000}
     tj = json.loads(build_tokenizer("metaspace", 32000, base_specials, bos="<s>"))
     tj["added_tokens"] += [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
         for t, i in (("<image>", 32000), ("<pad>", 32001))
     ]
     tok_cfg = {
@@ -335,37 +393,54 @@ def llava_15_7b() -> dict[str, bytes]:
     }
     return {
         "config.json": _json(config),
-        "generation_config.json": _json({
-            "_from_model_config": True, "bos_token_id": 1, "eos_token_id": 2,
-            "pad_token_id": 32001, "transformers_version": "4.36.0.dev0"}),
-        "preprocessor_config.json": _json({
-            "crop_size": {"height": 336, "width": 336},
-            "do_center_crop": True,
-            "do_convert_rgb": True,
-            "do_normalize": True,
-            "do_rescale": True,
-            "do_resize": True,
-            "image_mean": CLIP_MEAN,
-            "image_processor_type": "CLIPImageProcessor",
-            "image_std": CLIP_STD,
-            "processor_class": "LlavaProcessor",
-            "resample": 3,
-            "rescale_factor": 0.00392156862745098,
-            "size": {"shortest_edge": 336},
-        }),
-        "processor_config.json": _json({
-            "image_token": "<image>",
-            "num_additional_image_tokens": 1,
-            "patch_size": 14,
-            "processor_class": "LlavaProcessor",
-            "vision_feature_select_strategy": "default",
-        }),
+        "generation_config.json": _json(
+            {
+                "_from_model_config": True,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "pad_token_id": 32001,
+                "transformers_version": "4.36.0.dev0",
+            }
+        ),
+        "preprocessor_config.json": _json(
+            {
+                "crop_size": {"height": 336, "width": 336},
+                "do_center_crop": True,
+                "do_convert_rgb": True,
+                "do_normalize": True,
+                "do_rescale": True,
+                "do_resize": True,
+                "image_mean": CLIP_MEAN,
+                "image_processor_type": "CLIPImageProcessor",
+                "image_std": CLIP_STD,
+                "processor_class": "LlavaProcessor",
+                "resample": 3,
+                "rescale_factor": 0.00392156862745098,
+                "size": {"shortest_edge": 336},
+            }
+        ),
+        "processor_config.json": _json(
+            {
+                "image_token": "<image>",
+                "num_additional_image_tokens": 1,
+                "patch_size": 14,
+                "processor_class": "LlavaProcessor",
+                "vision_feature_select_strategy": "default",
+            }
+        ),
         "chat_template.json": _json({"chat_template": LLAVA_CHAT_TEMPLATE}),
-        "special_tokens_map.json": _json({
-            "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
-            "unk_token": "<unk>"}),
+        "special_tokens_map.json": _json(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+            }
+        ),
         "tokenizer_config.json": _json(tok_cfg),
-        "tokenizer.json": (json.dumps(tj, ensure_ascii=False, indent=1) + "\n").encode(),
+        "tokenizer.json": (
+            json.dumps(tj, ensure_ascii=False, indent=1) + "\n"
+        ).encode(),
     }
 
 
@@ -376,15 +451,32 @@ def granite_40_tiny_preview() -> dict[str, bytes]:
     """ibm-granite/granite-4.0-tiny-preview: hybrid Mamba2/attention MoE
     (GraniteMoeHybridForCausalLM), 40 layers, GPT-2-style BPE (49160)."""
     specials = {
-        "<|end_of_text|>": 0, "<fim_prefix>": 1, "<fim_middle>": 2, "<fim_suffix>": 3,
-        "<fim_pad>": 4, "<filename>": 5, "<gh_stars>": 6, "<issue_start>": 7,
-        "<issue_comment>": 8, "<issue_closed>": 9, "<jupyter_start>": 10,
-        "<jupyter_text>": 11, "<jupyter_code>": 12, "<jupyter_output>": 13,
-        "<empty_output>": 14, "<commit_before>": 15, "<commit_msg>": 16,
-        "<commit_after>": 17, "<reponame>": 18,
-        "<|start_of_role|>": 49152, "<|end_of_role|>": 49153, "<|tool_call|>": 49154,
-        "<|start_of_cite|>": 49155, "<|end_of_cite|>": 49156,
-        "<|start_of_plugin|>": 49157, "<|end_of_plugin|>": 49158,
+        "<|end_of_text|>": 0,
+        "<fim_prefix>": 1,
+        "<fim_middle>": 2,
+        "<fim_suffix>": 3,
+        "<fim_pad>": 4,
+        "<filename>": 5,
+        "<gh_stars>": 6,
+        "<issue_start>": 7,
+        "<issue_comment>": 8,
+        "<issue_closed>": 9,
+        "<jupyter_start>": 10,
+        "<jupyter_text>": 11,
+        "<jupyter_code>": 12,
+        "<jupyter_output>": 13,
+        "<empty_output>": 14,
+        "<commit_before>": 15,
+        "<commit_msg>": 16,
+        "<commit_after>": 17,
+        "<reponame>": 18,
+        "<|start_of_role|>": 49152,
+        "<|end_of_role|>": 49153,
+        "<|tool_call|>": 49154,
+        "<|start_of_cite|>": 49155,
+        "<|end_of_cite|>": 49156,
+        "<|start_of_plugin|>": 49157,
+        "<|end_of_plugin|>": 49158,
         "<|pad|>": 49159,
     }
     config = {
@@ -400,8 +492,9 @@ def granite_40_tiny_preview() -> dict[str, bytes]:
         "init_method": "mup",
         "initializer_range": 0.1,
         "intermediate_size": 512,
-        "layer_types": ["attention" if i in GRANITE_ATTENTION_LAYERS else "mamba"
-                        for i in range(40)],
+        "layer_types": [
+            "attention" if i in GRANITE_ATTENTION_LAYERS else "mamba" for i in range(40)
+        ],
         "logits_scaling": 6,
         "mamba_chunk_size": 256,
         "mamba_conv_bias": True,
@@ -457,19 +550,35 @@ def granite_40_tiny_preview() -> dict[str, bytes]:
     }
     return {
         "config.json": _json(config),
-        "generation_config.json": _json({
-            "_from_model_config": True, "bos_token_id": 0, "eos_token_id": 0,
-            "pad_token_id": 0, "transformers_version": "4.52.0.dev0"}),
+        "generation_config.json": _json(
+            {
+                "_from_model_config": True,
+                "bos_token_id": 0,
+                "eos_token_id": 0,
+                "pad_token_id": 0,
+                "transformers_version": "4.52.0.dev0",
+            }
+        ),
         "tokenizer_config.json": _json(tok_cfg),
         "tokenizer.json": build_tokenizer("bytelevel", 49160, specials).encode(),
     }
 
 
 QWEN2_SPECIALS_FROM = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
-    "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
-    "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 )
 
 QWEN2_VL_CHAT_TEMPLATE = (
@@ -497,19 +606,30 @@ def qwen2_specials(first_id: int) -> dict[str, int]:
     return {t: first_id + i for i, t in enumerate(QWEN2_SPECIALS_FROM)}
 
 
-def qwen2_tokenizer_files(vocab_size: int, first_special: int,
-                          model_max_length: int = 32768) -> dict[str, bytes]:
+def qwen2_tokenizer_files(
+    vocab_size: int, first_special: int, model_max_length: int = 32768
+) -> dict[str, bytes]:
     """tokenizer.json + tokenizer_config.json + chat_template.json of a
     Qwen2(-VL) tokenizer whose special tokens start at ``first_special``."""
     specials = qwen2_specials(first_special)
     tok_cfg = {
         "add_prefix_space": False,
         "added_tokens_decoder": added_tokens_decoder(specials),
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
-                                      "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
-                                      "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                                      "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
-                                      "<|video_pad|>"],
+        "additional_special_tokens": [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|object_ref_start|>",
+            "<|object_ref_end|>",
+            "<|box_start|>",
+            "<|box_end|>",
+            "<|quad_start|>",
+            "<|quad_end|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|vision_pad|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ],
         "bos_token": None,
         "chat_template": QWEN2_VL_CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
@@ -593,11 +713,19 @@ def qwen2_vl_2b_instruct() -> dict[str, bytes]:
     }
     files = {
         "config.json": _json(config),
-        "generation_config.json": _json({
-            "bos_token_id": 151643, "pad_token_id": 151643,
-            "do_sample": True, "eos_token_id": [151645, 151643],
-            "repetition_penalty": 1.0, "temperature": 0.01, "top_p": 0.001, "top_k": 1,
-            "transformers_version": "4.37.0"}),
+        "generation_config.json": _json(
+            {
+                "bos_token_id": 151643,
+                "pad_token_id": 151643,
+                "do_sample": True,
+                "eos_token_id": [151645, 151643],
+                "repetition_penalty": 1.0,
+                "temperature": 0.01,
+                "top_p": 0.001,
+                "top_k": 1,
+                "transformers_version": "4.37.0",
+            }
+        ),
         "preprocessor_config.json": _json(qwen2_vl_preprocessor(3136, 12845056)),
     }
     files.update(qwen2_tokenizer_files(151643 + len(QWEN2_SPECIALS_FROM), 151643))
@@ -605,9 +733,18 @@ def qwen2_vl_2b_instruct() -> dict[str, bytes]:
 
 
 QWEN3_EXTRA_SPECIALS = (
-    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
-    "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
-    "<think>", "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 )
 
 # A simplified Qwen3 chat template (system/user/assistant turns, optional
@@ -660,11 +797,21 @@ def qwen3_06b() -> dict[str, bytes]:
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": added_tokens_decoder(specials),
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
-                                      "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
-                                      "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                                      "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
-                                      "<|video_pad|>"],
+        "additional_special_tokens": [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|object_ref_start|>",
+            "<|object_ref_end|>",
+            "<|box_start|>",
+            "<|box_end|>",
+            "<|quad_start|>",
+            "<|quad_end|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|vision_pad|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ],
         "bos_token": None,
         "chat_template": QWEN3_CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
@@ -678,12 +825,22 @@ def qwen3_06b() -> dict[str, bytes]:
     }
     return {
         "config.json": _json(config),
-        "generation_config.json": _json({
-            "bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
-            "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-            "transformers_version": "4.51.0"}),
+        "generation_config.json": _json(
+            {
+                "bos_token_id": 151643,
+                "do_sample": True,
+                "eos_token_id": [151645, 151643],
+                "pad_token_id": 151643,
+                "temperature": 0.6,
+                "top_k": 20,
+                "top_p": 0.95,
+                "transformers_version": "4.51.0",
+            }
+        ),
         "tokenizer_config.json": _json(tok_cfg),
-        "tokenizer.json": build_tokenizer("bytelevel", 151643 + len(specials), specials).encode(),
+        "tokenizer.json": build_tokenizer(
+            "bytelevel", 151643 + len(specials), specials
+        ).encode(),
     }
 
 
@@ -710,14 +867,18 @@ def write_repo(hf_home: Path, repo_id: str, files: dict[str, bytes]) -> str:
     are created before ``refs/main`` is switched (atomically); an unchanged
     repository is left untouched; stale snapshots and blobs are removed last."""
     repo_dir = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
-    manifest = "".join(f"{name} {_git_blob_sha1(data)}\n"
-                       for name, data in sorted(files.items()))
+    manifest = "".join(
+        f"{name} {_git_blob_sha1(data)}\n" for name, data in sorted(files.items())
+    )
     revision = hashlib.sha1(f"{repo_id}\n{manifest}".encode()).hexdigest()
     blobs = repo_dir / "blobs"
     snap = repo_dir / "snapshots" / revision
     ref = repo_dir / "refs" / "main"
-    if ref.exists() and ref.read_text() == revision and all(
-            (snap / n).is_file() for n in files):
+    if (
+        ref.exists()
+        and ref.read_text() == revision
+        and all((snap / n).is_file() for n in files)
+    ):
         return revision
     blobs.mkdir(parents=True, exist_ok=True)
     for _name, data in sorted(files.items()):
@@ -755,11 +916,14 @@ def stamp_path(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="HF_HOME to write")
     ap.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    ap.add_argument("ids", nargs="*", help=f"model ids (default: all of {list(MODELS)})")
+    ap.add_argument(
+        "ids", nargs="*", help=f"model ids (default: all of {list(MODELS)})"
+    )
     args = ap.parse_args(argv)
     ids = args.ids or list(MODELS)
     unknown = [i for i in ids if i not in MODELS]
@@ -767,8 +931,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make_hf_cache: unknown model id(s): {unknown}", file=sys.stderr)
         return 2
     stamp = stamp_path(args.out)
-    want = json.dumps({"version": GENERATOR_VERSION, "ids": sorted(ids),
-                       "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
+    want = json.dumps(
+        {
+            "version": GENERATOR_VERSION,
+            "ids": sorted(ids),
+            "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        }
+    )
     if not args.force and stamp.exists() and stamp.read_text() == want:
         print(f"make_hf_cache: {args.out} is up to date")
         return 0

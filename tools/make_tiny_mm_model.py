@@ -114,9 +114,9 @@ def tiny_weights(config: dict) -> bytes:
         if name == "lm_head.weight" and config["tie_word_embeddings"]:
             continue
         if name.startswith("model.language_model."):
-            name = "model." + name[len("model.language_model."):]
+            name = "model." + name[len("model.language_model.") :]
         elif name.startswith("model.visual."):
-            name = name[len("model."):]
+            name = name[len("model.") :]
         tensors[name] = t.detach().contiguous().clone()
     return save(dict(sorted(tensors.items())), metadata={"format": "pt"})
 
@@ -127,15 +127,21 @@ def model_files() -> dict[str, bytes]:
     sp = hfc.qwen2_specials(FIRST_SPECIAL)
     files = {
         "config.json": hfc._json(config),
-        "generation_config.json": hfc._json({
-            "bos_token_id": sp["<|endoftext|>"],
-            "eos_token_id": [sp["<|im_end|>"], sp["<|endoftext|>"]],
-            "pad_token_id": sp["<|endoftext|>"],
-        }),
-        "preprocessor_config.json": hfc._json(hfc.qwen2_vl_preprocessor(MIN_PIXELS, MAX_PIXELS)),
+        "generation_config.json": hfc._json(
+            {
+                "bos_token_id": sp["<|endoftext|>"],
+                "eos_token_id": [sp["<|im_end|>"], sp["<|endoftext|>"]],
+                "pad_token_id": sp["<|endoftext|>"],
+            }
+        ),
+        "preprocessor_config.json": hfc._json(
+            hfc.qwen2_vl_preprocessor(MIN_PIXELS, MAX_PIXELS)
+        ),
         "model.safetensors": tiny_weights(config),
     }
-    files.update(hfc.qwen2_tokenizer_files(VOCAB_SIZE, FIRST_SPECIAL, model_max_length=4096))
+    files.update(
+        hfc.qwen2_tokenizer_files(VOCAB_SIZE, FIRST_SPECIAL, model_max_length=4096)
+    )
     return files
 
 
@@ -153,8 +159,9 @@ def generator_id() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--force", action="store_true", help="rebuild even if up to date")
     args = ap.parse_args(argv)
@@ -175,10 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     tmp.rename(out)
     size = sum(len(d) for d in files.values())
-    digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest()
-                                     for n in sorted(files))).hexdigest()[:12]
-    print(f"make_tiny_mm_model: {out} ({size / 1e6:.2f} MB, {len(files)} files, "
-          f"digest {digest}, {time.monotonic() - t0:.1f}s)")
+    digest = hashlib.sha256(
+        b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))
+    ).hexdigest()[:12]
+    print(
+        f"make_tiny_mm_model: {out} ({size / 1e6:.2f} MB, {len(files)} files, "
+        f"digest {digest}, {time.monotonic() - t0:.1f}s)"
+    )
     return 0
 
 

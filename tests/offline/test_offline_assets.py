@@ -44,7 +44,9 @@ def _load(hf_home: Path, cls_name: str, repo_id: str):  # type: ignore[no-untype
     import transformers
 
     cls = getattr(transformers, cls_name)
-    return cls.from_pretrained(repo_id, cache_dir=str(hf_home / "hub"), local_files_only=True)
+    return cls.from_pretrained(
+        repo_id, cache_dir=str(hf_home / "hub"), local_files_only=True
+    )
 
 
 def test_hub_layout_resolves_offline(hf_home: Path) -> None:
@@ -71,7 +73,10 @@ def test_deterministic_and_idempotent(hf_home: Path, tmp_path: Path) -> None:
         assert (b / "blobs" / blob.name).read_bytes() == blob.read_bytes()
     # A second run leaves an unchanged repository alone.
     before = {p: p.stat().st_mtime_ns for p in (b / "blobs").iterdir()}
-    assert make_hf_cache.main(["--out", str(tmp_path), "--force", "facebook/opt-125m"]) == 0
+    assert (
+        make_hf_cache.main(["--out", str(tmp_path), "--force", "facebook/opt-125m"])
+        == 0
+    )
     assert {p: p.stat().st_mtime_ns for p in (b / "blobs").iterdir()} == before
 
 
@@ -132,22 +137,33 @@ def test_tiny_model_consistent(tmp_path: Path) -> None:
     cfg = transformers.AutoConfig.from_pretrained(out)
     tok = transformers.AutoTokenizer.from_pretrained(out)
     assert len(tok) == cfg.get_text_config().vocab_size == make_tiny_mm_model.VOCAB_SIZE
-    for name, attr in [("<|image_pad|>", "image_token_id"),
-                       ("<|vision_start|>", "vision_start_token_id"),
-                       ("<|vision_end|>", "vision_end_token_id"),
-                       ("<|video_pad|>", "video_token_id")]:
+    for name, attr in [
+        ("<|image_pad|>", "image_token_id"),
+        ("<|vision_start|>", "vision_start_token_id"),
+        ("<|vision_end|>", "vision_end_token_id"),
+        ("<|video_pad|>", "video_token_id"),
+    ]:
         assert tok.convert_tokens_to_ids(name) == getattr(cfg, attr), name
     text_cfg = cfg.get_text_config()
     head_dim = text_cfg.hidden_size // text_cfg.num_attention_heads
     assert sum(text_cfg.rope_parameters["mrope_section"]) * 2 == head_dim
     prompt = tok.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
-        tokenize=False, add_generation_prompt=True)
+        [
+            {
+                "role": "user",
+                "content": [{"type": "image"}, {"type": "text", "text": "Hi"}],
+            }
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert "<|vision_start|><|image_pad|><|vision_end|>" in prompt
     proc = transformers.AutoImageProcessor.from_pretrained(out)
     from PIL import Image
 
-    grid = proc(images=[Image.new("RGB", (112, 112))], return_tensors="pt")["image_grid_thw"]
+    grid = proc(images=[Image.new("RGB", (112, 112))], return_tensors="pt")[
+        "image_grid_thw"
+    ]
     assert grid.tolist() == [[1, 8, 8]]  # 64 patches -> 16 embeddings
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         keys = set(f.keys())

@@ -48,12 +48,18 @@ def ws(tmp_path: Path):
     patches.mkdir()
     (patches / "series").write_text("")
     digest = make_sdist(build / "dl" / "vllm-0.22.1.tar.gz")
-    env = dict(os.environ, SERIES_BUILD=str(build), SERIES_PATCHES=str(patches),
-               SERIES_SDIST_SHA256=digest, GIT_CONFIG_GLOBAL=os.devnull)
+    env = dict(
+        os.environ,
+        SERIES_BUILD=str(build),
+        SERIES_PATCHES=str(patches),
+        SERIES_SDIST_SHA256=digest,
+        GIT_CONFIG_GLOBAL=os.devnull,
+    )
 
     def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, str(TOOL), *args], env=env, text=True,
-                              capture_output=True)
+        proc = subprocess.run(
+            [sys.executable, str(TOOL), *args], env=env, text=True, capture_output=True
+        )
         if ok:
             assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc
@@ -62,8 +68,9 @@ def ws(tmp_path: Path):
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, text=True,
-                          capture_output=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, text=True, capture_output=True
+    ).stdout
 
 
 def commit_change(tree: Path, rel: str, old: str, new: str, title: str) -> None:
@@ -76,9 +83,15 @@ def test_fetch_bad_hash_extracts_nothing(ws, tmp_path):
     build, _, run = ws
     bad = dict(os.environ)
     proc = subprocess.run(
-        [sys.executable, str(TOOL), "tree"], text=True, capture_output=True,
-        env=dict(bad, SERIES_BUILD=str(build), SERIES_PATCHES=str(tmp_path / "patches"),
-                 SERIES_SDIST_SHA256="0" * 64),
+        [sys.executable, str(TOOL), "tree"],
+        text=True,
+        capture_output=True,
+        env=dict(
+            bad,
+            SERIES_BUILD=str(build),
+            SERIES_PATCHES=str(tmp_path / "patches"),
+            SERIES_SDIST_SHA256="0" * 64,
+        ),
     )
     assert proc.returncode == 1
     assert "sha256 mismatch" in proc.stderr and "Nothing was extracted" in proc.stderr
@@ -95,8 +108,10 @@ def test_tree_layout_and_egg_info_excluded(ws):
         repo = build / name
         assert (repo / "vllm" / "core.py").exists()
         assert not (repo / "vllm.egg-info").exists()
-        assert git(repo, "rev-parse", "upstream").strip() == git(
-            build / "base", "rev-parse", "upstream").strip()
+        assert (
+            git(repo, "rev-parse", "upstream").strip()
+            == git(build / "base", "rev-parse", "upstream").strip()
+        )
     # Idempotent: a second run keeps the tree.
     head = git(build / "tree", "rev-parse", "HEAD")
     run("tree")
@@ -107,8 +122,12 @@ def test_export_round_trip_is_canonical(ws):
     build, patches, run = ws
     run("tree")
     tree = build / "tree"
-    commit_change(tree, "vllm/core.py", "LINE_3 = 3", "LINE_3 = 33", "[Core] Change three")
-    commit_change(tree, "vllm/core.py", "LINE_9 = 9", "LINE_9 = 99", "[Core] Change nine")
+    commit_change(
+        tree, "vllm/core.py", "LINE_3 = 3", "LINE_3 = 33", "[Core] Change three"
+    )
+    commit_change(
+        tree, "vllm/core.py", "LINE_9 = 9", "LINE_9 = 99", "[Core] Change nine"
+    )
     run("export")
     series = (patches / "series").read_text().split()
     assert series == ["0001-Core-Change-three.patch", "0002-Core-Change-nine.patch"]
