@@ -601,6 +601,24 @@ QWEN2_VL_CHAT_TEMPLATE = (
 )
 
 
+# The "additional_special_tokens" of Qwen2 / Qwen2-VL / Qwen3 tokenizers.
+QWEN2_ADDITIONAL_SPECIALS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+
 def qwen2_specials(first_id: int) -> dict[str, int]:
     """Qwen2 special tokens, consecutive from ``first_id`` (151643 upstream)."""
     return {t: first_id + i for i, t in enumerate(QWEN2_SPECIALS_FROM)}
@@ -615,21 +633,7 @@ def qwen2_tokenizer_files(
     tok_cfg = {
         "add_prefix_space": False,
         "added_tokens_decoder": added_tokens_decoder(specials),
-        "additional_special_tokens": [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|object_ref_start|>",
-            "<|object_ref_end|>",
-            "<|box_start|>",
-            "<|box_end|>",
-            "<|quad_start|>",
-            "<|quad_end|>",
-            "<|vision_start|>",
-            "<|vision_end|>",
-            "<|vision_pad|>",
-            "<|image_pad|>",
-            "<|video_pad|>",
-        ],
+        "additional_special_tokens": list(QWEN2_ADDITIONAL_SPECIALS),
         "bos_token": None,
         "chat_template": QWEN2_VL_CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
@@ -797,21 +801,7 @@ def qwen3_06b() -> dict[str, bytes]:
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": added_tokens_decoder(specials),
-        "additional_special_tokens": [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|object_ref_start|>",
-            "<|object_ref_end|>",
-            "<|box_start|>",
-            "<|box_end|>",
-            "<|quad_start|>",
-            "<|quad_end|>",
-            "<|vision_start|>",
-            "<|vision_end|>",
-            "<|vision_pad|>",
-            "<|image_pad|>",
-            "<|video_pad|>",
-        ],
+        "additional_special_tokens": list(QWEN2_ADDITIONAL_SPECIALS),
         "bos_token": None,
         "chat_template": QWEN3_CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,

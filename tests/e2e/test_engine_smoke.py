@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import engine_probe  # noqa: E402
-import make_tiny_mm_model  # noqa: E402
 from series import BUILD  # noqa: E402
 
 NUM_IMAGES = 4
@@ -37,13 +36,6 @@ MAX_TOKENS = 16
 QUESTIONS = engine_probe.TINY_MM_QUESTIONS
 
 _results: dict[str, dict[str, Any]] = {}
-
-
-@pytest.fixture(scope="module")
-def tiny_model() -> Path:
-    """The tiny Qwen2-VL model directory (generated if missing/stale)."""
-    assert make_tiny_mm_model.main([]) == 0
-    return make_tiny_mm_model.DEFAULT_OUT
 
 
 @pytest.fixture(scope="module")

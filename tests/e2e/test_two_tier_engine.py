@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import engine_probe  # noqa: E402
-import make_tiny_mm_model  # noqa: E402
 from series import tree_dir  # noqa: E402
 
 NUM_IMAGES = 4
@@ -56,12 +55,6 @@ STATS_KEYS = (
     "device_evictions",
     "host_evictions",
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_model() -> Path:
-    assert make_tiny_mm_model.main([]) == 0
-    return make_tiny_mm_model.DEFAULT_OUT
 
 
 @pytest.fixture(scope="module")
