@@ -26,7 +26,14 @@ from typing import Any
 
 from bench.costmodel import CostModel, load_encoder_cost
 from bench.trace import Trace
-from bench.worker_model import OPS, Feature, StepInput, WorkerModel, WorkerModelError
+from bench.worker_model import (
+    OPS,
+    Feature,
+    StepInput,
+    StepStats,
+    WorkerModel,
+    WorkerModelError,
+)
 
 TWO_TIER_MODULE = "vllm.v1.core.two_tier_encoder_cache_manager"
 TWO_TIER_CLS = f"{TWO_TIER_MODULE}.TwoTierEncoderCacheManager"
@@ -437,7 +444,7 @@ def run_iter(
     sched_tokens: list[int] = []
     steps = idle_steps = 0
     stall_s = 0.0
-    total = StepTotals()
+    total = StepStats()
     i = 0
     n = len(reqs)
     gc.collect()
@@ -605,22 +612,6 @@ def run_iter(
         res["wall_ns"] = wall_ns
         res["cpu_ns"] = cpu_ns
     return res
-
-
-@dataclass
-class StepTotals:
-    encoded_items: int = 0
-    encoded_embeds: int = 0
-    encoder_seconds: float = 0.0
-    d2h_embeds: int = 0
-    h2d_embeds: int = 0
-
-    def add(self, st: Any) -> None:
-        self.encoded_items += st.encoded_items
-        self.encoded_embeds += st.encoded_embeds
-        self.encoder_seconds += st.encoder_seconds
-        self.d2h_embeds += st.d2h_embeds
-        self.h2d_embeds += st.h2d_embeds
 
 
 def _step_input(step: int, out: Any, meta: Any) -> StepInput:

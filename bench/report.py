@@ -20,6 +20,12 @@ T_DEFERRAL_MAKESPAN = 1.05
 T_BLOCKING_WORSE = 0.05
 
 
+def _failed_row(label: str, res: dict, empty_cells: int) -> str:
+    """A table row for a run that did not complete, with why."""
+    why = res.get("reason") or f"{res.get('kind')}: {str(res.get('message'))[:80]}"
+    return f"| {label} | {res.get('status')} ({why}) |" + " |" * empty_cells
+
+
 def _ok(res: dict[str, Any] | None) -> bool:
     return bool(res) and res.get("status") == "ok"
 
@@ -154,11 +160,7 @@ def _main_tables(r: dict[str, Any]) -> list[str]:
         ]
         for label, res in m["runs"].items():
             if not _ok(res):
-                why = (
-                    res.get("reason")
-                    or f"{res.get('kind')}: {str(res.get('message'))[:80]}"
-                )
-                lines.append(f"| {label} | {res.get('status')} ({why}) |" + " |" * 12)
+                lines.append(_failed_row(label, res, 12))
                 continue
             cap = "device" if label.endswith("default") else "total"
             bound = b[cap]["foo"]
@@ -267,11 +269,7 @@ def _deferral_lines(r: dict[str, Any]) -> list[str]:
     ]
     for label, res in d["runs"].items():
         if not _ok(res):
-            why = (
-                res.get("reason")
-                or f"{res.get('kind')}: {str(res.get('message'))[:80]}"
-            )
-            lines.append(f"| {label} | {res.get('status')} ({why}) |" + " |" * 9)
+            lines.append(_failed_row(label, res, 9))
             continue
         lines.append(
             f"| {label} | ok | {res['makespan_s']:.2f} | {_f(res.get('makespan_ratio'))} | "

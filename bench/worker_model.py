@@ -23,7 +23,7 @@ Nothing here imports vLLM; bench.replay converts vLLM objects into
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 #: Metadata operations the model understands, applied in list order.
@@ -86,6 +86,11 @@ class StepStats:
     h2d_embeds: int = 0
     copies: int = 0
     loaded_embeds: int = 0
+
+    def add(self, other: StepStats) -> None:
+        """Accumulate another step's costs (run totals)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass

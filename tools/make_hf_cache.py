@@ -601,22 +601,9 @@ QWEN2_VL_CHAT_TEMPLATE = (
 )
 
 
-# The "additional_special_tokens" of Qwen2 / Qwen2-VL / Qwen3 tokenizers.
-QWEN2_ADDITIONAL_SPECIALS = (
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
+# The "additional_special_tokens" of Qwen2 / Qwen2-VL / Qwen3 tokenizers:
+# every special token but <|endoftext|>.
+QWEN2_ADDITIONAL_SPECIALS = QWEN2_SPECIALS_FROM[1:]
 
 
 def qwen2_specials(first_id: int) -> dict[str, int]:
