@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
 MARK = "@@BENCH@@ "
@@ -56,6 +57,7 @@ def main() -> int:
         if cmd == "exit":
             _reply({"id": mid, "status": "bye"})
             return 0
+        cpu0 = time.process_time()
         try:
             if cmd == "probe":
                 res = {"status": "ok", "features": replay.probe()}
@@ -96,6 +98,7 @@ def main() -> int:
                 "traceback": traceback.format_exc(),
             }
         res["id"] = mid
+        res["child_cpu_s"] = time.process_time() - cpu0
         _reply(res)
     return 0
 

@@ -32,7 +32,6 @@ from bench.worker_model import (
     StepInput,
     StepStats,
     WorkerModel,
-    WorkerModelError,
 )
 
 TWO_TIER_MODULE = "vllm.v1.core.two_tier_encoder_cache_manager"
@@ -66,7 +65,20 @@ def probe() -> dict[str, Any]:
     two_tier = importlib.util.find_spec(TWO_TIER_MODULE) is not None
     from vllm.v1.core.sched.output import SchedulerOutput
 
+    policies: list[str] = []
+    default_policy = None
+    if two_tier:
+        try:
+            mod = importlib.import_module(TWO_TIER_MODULE)
+            cfg_cls = getattr(mod, "TwoTierEncoderCacheConfig", None)
+            default_policy = getattr(cfg_cls, "policy", None)
+            pol = importlib.import_module("vllm.v1.core.ec_cache_policy")
+            policies = sorted(getattr(pol, "POLICIES", {}))
+        except Exception as e:  # reported, the runs that need it fail loudly
+            default_policy = f"error: {e!r}"
     return {
+        "two_tier_policies": policies,
+        "two_tier_default_policy": default_policy,
         "ec_manager_config": bool(has_cfg),
         "ec_manager_metadata": "ec_manager_metadata"
         in getattr(SchedulerOutput, "__dataclass_fields__", {}),
@@ -221,10 +233,13 @@ def build_scheduler(
     )
     # The device tier's size: the scheduler derives it from
     # SchedulerConfig.encoder_cache_size (and the model's largest item).
+    # The encoder compute budget does not depend on the capacity: every
+    # manager at every capacity gets the same one (the scheduler's own
+    # max(max_num_encoder_input_tokens, largest item), or the spec's).
     dev = int(spec["device_embeds"])
     vllm_config.scheduler_config.encoder_cache_size = dev
-    vllm_config.scheduler_config.max_num_encoder_input_tokens = max(
-        dev, s["max_num_batched_tokens"]
+    vllm_config.scheduler_config.max_num_encoder_input_tokens = int(
+        spec.get("encoder_budget") or s["max_num_batched_tokens"]
     )
     num_blocks = s["num_blocks"]
     kv_cache_config = KVCacheConfig(
@@ -250,6 +265,8 @@ def build_scheduler(
         log_stats=True,
         structured_output_manager=StructuredOutputManager(vllm_config),
     )
+    if spec.get("encoder_budget"):
+        sched.max_num_encoder_input_tokens = int(spec["encoder_budget"])
     note = ""
     m = sched.encoder_cache_manager
     if inject is not None or getattr(m, "cache_size", dev) != dev:
@@ -325,6 +342,11 @@ def warm(model: str = DEFAULT_MODEL) -> float:
 
 
 # ------------------------------------------------------------------ replay
+def _token_id(key: str, pos: int) -> int:
+    """The prompt token at ``pos`` of a session (or request) ``key``."""
+    return 100 + (zlib.crc32(key.encode()) + pos * 2654435761) % 50000
+
+
 def _prompt_ids(req_id: str, session: str | None, n: int) -> list[int]:
     base = zlib.crc32((session or req_id).encode())
     return [100 + (base + p * 2654435761) % 50000 for p in range(n)]
@@ -410,8 +432,11 @@ def run_iter(
     )
 
     @lru_cache(maxsize=None)
+    def enc_flops(n: int) -> float:
+        return float(enc_fn(hf_config, n))
+
     def enc_seconds(n: int) -> float:
-        return cost.encoder_seconds(float(enc_fn(hf_config, n)))
+        return cost.encoder_seconds(enc_flops(n))
 
     mgr = sched.encoder_cache_manager
     worker = WorkerModel(
@@ -437,13 +462,21 @@ def run_iter(
             sched.ec_connector.latency_s = 0.0
     reqs = trace.requests
     arrival = {r.id: r.arrival_s for r in reqs}
+    #: the token a request generates at a position is the one its session's
+    #: next turn carries there, so the prefix cache can reuse answers
+    token_key = {r.id: r.session or r.id for r in reqs}
     first_token: dict[str, float] = {}
     finish: dict[str, float] = {}
     wall_ns: list[int] = []
     cpu_ns: list[int] = []
+    running_at: list[int] = []
     sched_tokens: list[int] = []
     steps = idle_steps = 0
     stall_s = 0.0
+    max_running = 0
+    running_sum = 0
+    pc_totals = {"requests": 0, "queries": 0, "hits": 0}
+    kv_usage_max = 0.0
     total = StepStats()
     i = 0
     n = len(reqs)
@@ -458,6 +491,7 @@ def run_iter(
         if sched.get_num_unfinished_requests() == 0:
             clock = reqs[i].arrival_s
             continue
+        n_running = len(sched.running)
         c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         out = sched.schedule()
@@ -469,10 +503,7 @@ def run_iter(
         ):
             meta = sched.encoder_cache_manager.get_manager_metadata()
         si = _step_input(steps, out, meta)
-        try:
-            st = worker.step(si)
-        except WorkerModelError:
-            raise
+        st = worker.step(si)
         loads = _connector_loads(getattr(out, "ec_connector_metadata", None))
         start = clock
         if loads:
@@ -496,7 +527,13 @@ def run_iter(
         sampled = []
         for rid in rids:
             r = sched.requests[rid]
-            sampled.append([1] if r.num_computed_tokens >= r.num_tokens else [])
+            sampled.append(
+                [_token_id(token_key[rid], r.num_tokens)]
+                if r.num_computed_tokens >= r.num_tokens
+                else []
+            )
+        max_running = max(max_running, len(rids))
+        running_sum += len(rids)
         mro = ModelRunnerOutput(
             req_ids=rids,
             req_id_to_index={rid: k for k, rid in enumerate(rids)},
@@ -513,6 +550,7 @@ def run_iter(
         if out.total_num_scheduled_tokens > 0:
             wall_ns.append((t1 - t0) + (t3 - t2))
             cpu_ns.append((c1 - c0) + (c3 - c2))
+            running_at.append(n_running)
             sched_tokens.append(out.total_num_scheduled_tokens)
         else:
             idle_steps += 1
@@ -523,12 +561,19 @@ def run_iter(
             if not nxt:
                 if steps - last_progress > 1000:
                     raise RuntimeError(
-                        f"replay stalled at step {steps}: nothing schedulable, no event pending"
+                        f"replay stalled at step {steps}: nothing schedulable, "
+                        "no event pending"
                     )
                 clock += cost.step_overhead_s
             else:
                 clock = max(clock + 1e-9, min(nxt))
         for outs in eco.values():
+            ss = getattr(outs, "scheduler_stats", None)
+            if ss is not None:
+                kv_usage_max = max(kv_usage_max, float(ss.kv_cache_usage))
+                pcs = ss.prefix_cache_stats
+                for k in pc_totals:
+                    pc_totals[k] += int(getattr(pcs, k, 0) or 0)
             for o in outs.outputs:
                 if o.new_token_ids and o.request_id not in first_token:
                     first_token[o.request_id] = clock
@@ -537,18 +582,75 @@ def run_iter(
         steps += 1
     if len(finish) != n:
         raise RuntimeError(f"only {len(finish)}/{n} requests finished")
-
-    acc = worker.accesses
-    kinds = {"miss": 0, "device": 0, "host": 0, "external": 0}
-    kinds_e = dict(kinds)
-    for _, size, kind in acc:
-        kinds[kind] += 1
-        kinds_e[kind] += size
-    accessed_e = sum(kinds_e.values())
-    accessed = sum(kinds.values())
+    res = _results(spec, built, worker, total, bpe, enc_flops, enc_label)
     ttft = [first_token[r] - arrival[r] for r in first_token]
     out_tokens = sum(r.output_tokens for r in reqs)
     makespan = max(finish.values()) - reqs[0].arrival_s if reqs else 0.0
+    res.update(
+        {
+            "requests": n,
+            "steps": steps,
+            "idle_steps": idle_steps,
+            "max_running": max_running,
+            "mean_running": running_sum / max(1, steps - idle_steps),
+            "connector_stall_s": stall_s,
+            "makespan_s": makespan,
+            "throughput_tok_s": out_tokens / makespan if makespan > 0 else 0.0,
+            "throughput_req_s": n / makespan if makespan > 0 else 0.0,
+            "ttft_p50_s": _pct(ttft, 0.5),
+            "ttft_p99_s": _pct(ttft, 0.99),
+            "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
+            "wall_us_per_step_median": _pct([w / 1e3 for w in wall_ns], 0.5),
+            "wall_us_per_step_p90": _pct([w / 1e3 for w in wall_ns], 0.9),
+            "wall_us_per_step_mean": statistics.fmean(wall_ns) / 1e3
+            if wall_ns
+            else float("nan"),
+            "cpu_us_per_step_median": _pct([c / 1e3 for c in cpu_ns], 0.5),
+            "build_s": t_build,
+            "prefix_cache": pc_totals,
+            "kv_usage_max": kv_usage_max,
+        }
+    )
+    if sched.ec_connector is not None:
+        res["connector_polls"] = getattr(sched.ec_connector, "polls", None)
+        res["connector_not_ready"] = getattr(sched.ec_connector, "not_ready", None)
+    if spec.get("record_accesses", True):
+        res["access_seq"] = [[h, sz] for h, sz, k in worker.accesses if k != "external"]
+    if spec.get("record_wall", False):
+        res["wall_ns"] = wall_ns
+        res["cpu_ns"] = cpu_ns
+        res["running_at"] = running_at
+    return res
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """num / den, or None when nothing was accessed (no multimodal items)."""
+    return num / den if den else None
+
+
+def _results(
+    spec: dict[str, Any],
+    built: Built,
+    worker: WorkerModel,
+    total: StepStats,
+    bpe: int,
+    enc_flops: Any,
+    enc_label: str,
+) -> dict[str, Any]:
+    """The cache metrics of a finished run (see bench/README.md, Metrics).
+
+    Ratios are None when the trace accessed no multimodal item."""
+    mgr = built.scheduler.encoder_cache_manager
+    kinds = {"miss": 0, "device": 0, "host": 0, "external": 0}
+    kinds_e = dict(kinds)
+    kinds_f = {k: 0.0 for k in kinds}
+    for _, size, kind in worker.accesses:
+        kinds[kind] += 1
+        kinds_e[kind] += size
+        kinds_f[kind] += enc_flops(size)
+    accessed_e = sum(kinds_e.values())
+    accessed = sum(kinds.values())
+    accessed_f = sum(kinds_f.values())
     stats = None
     if hasattr(mgr, "get_stats"):
         try:
@@ -556,62 +658,44 @@ def run_iter(
             stats = raw if isinstance(raw, dict) else getattr(raw, "__dict__", str(raw))
         except Exception as e:  # report, don't hide
             stats = {"error": repr(e)}
-    res: dict[str, Any] = {
+    pending = sum(worker.pending_demotions.values())
+    return {
         "status": "ok",
         "manager": built.manager_desc,
         "capacity_note": built.capacity_note,
         "encoder_cost": enc_label,
+        "encoder_budget": int(built.scheduler.max_num_encoder_input_tokens),
         "bytes_per_embed": bpe,
         "device_capacity": worker.device_capacity,
         "host_capacity": worker.host_capacity,
-        "requests": n,
-        "steps": steps,
-        "idle_steps": idle_steps,
         "accesses": accessed,
         "accessed_embeds": accessed_e,
+        "accessed_flops": accessed_f,
         "encoded_items": total.encoded_items,
         "encoded_embeds": total.encoded_embeds,
         "hits": {k: kinds[k] for k in ("device", "host")},
         "hit_embeds": {k: kinds_e[k] for k in ("device", "host")},
+        "hit_flops": kinds_f["device"] + kinds_f["host"],
         "external_embeds": kinds_e["external"],
-        "hit_ratio": (kinds_e["device"] + kinds_e["host"]) / accessed_e
-        if accessed_e
-        else 0.0,
-        "hit_ratio_device": kinds_e["device"] / accessed_e if accessed_e else 0.0,
-        "hit_ratio_host": kinds_e["host"] / accessed_e if accessed_e else 0.0,
-        "object_hit_ratio": (kinds["device"] + kinds["host"]) / accessed
-        if accessed
-        else 0.0,
+        "hit_ratio": _ratio(kinds_e["device"] + kinds_e["host"], accessed_e),
+        "hit_ratio_device": _ratio(kinds_e["device"], accessed_e),
+        "hit_ratio_host": _ratio(kinds_e["host"], accessed_e),
+        "object_hit_ratio": _ratio(kinds["device"] + kinds["host"], accessed),
+        "cost_hit_ratio": _ratio(kinds_f["device"] + kinds_f["host"], accessed_f),
         "bytes_d2h": total.d2h_embeds * bpe,
         "bytes_h2d": total.h2d_embeds * bpe,
+        "bytes_demoted": total.d2h_embeds * bpe,
+        "bytes_promoted": total.h2d_embeds * bpe,
+        "bytes_wasted_demotion": worker.wasted_demotion_embeds * bpe,
+        "bytes_demoted_on_host_at_end": pending * bpe,
+        "wasted_demotion_share": _ratio(
+            worker.wasted_demotion_embeds, total.d2h_embeds
+        ),
         "max_device_embeds": worker.max_device,
         "max_host_embeds": worker.max_host,
         "encoder_seconds": total.encoder_seconds,
-        "connector_stall_s": stall_s,
-        "makespan_s": makespan,
-        "throughput_tok_s": out_tokens / makespan if makespan > 0 else 0.0,
-        "throughput_req_s": n / makespan if makespan > 0 else 0.0,
-        "ttft_p50_s": _pct(ttft, 0.5),
-        "ttft_p99_s": _pct(ttft, 0.99),
-        "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
-        "wall_us_per_step_median": _pct([w / 1e3 for w in wall_ns], 0.5),
-        "wall_us_per_step_p90": _pct([w / 1e3 for w in wall_ns], 0.9),
-        "wall_us_per_step_mean": statistics.fmean(wall_ns) / 1e3
-        if wall_ns
-        else float("nan"),
-        "cpu_us_per_step_median": _pct([c / 1e3 for c in cpu_ns], 0.5),
-        "build_s": t_build,
         "manager_stats": stats,
     }
-    if sched.ec_connector is not None:
-        res["connector_polls"] = getattr(sched.ec_connector, "polls", None)
-        res["connector_not_ready"] = getattr(sched.ec_connector, "not_ready", None)
-    if spec.get("record_accesses", True):
-        res["access_seq"] = [[h, s] for h, s, k in acc if k != "external"]
-    if spec.get("record_wall", False):
-        res["wall_ns"] = wall_ns
-        res["cpu_ns"] = cpu_ns
-    return res
 
 
 def _step_input(step: int, out: Any, meta: Any) -> StepInput:

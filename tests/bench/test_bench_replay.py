@@ -17,6 +17,7 @@ TIMING = {
     "cpu_us_per_step_median",
     "build_s",
     "wall_s",
+    "child_cpu_s",
     "id",
 }
 
@@ -142,3 +143,86 @@ def test_two_tier_hits_never_exceed_bound(tree_child, tmp_path):
         seq = [(h, s) for h, s in res["access_seq"]]
         hits = res["hit_embeds"]["device"] + res["hit_embeds"]["host"]
         assert hits <= B.foo_upper_bound(seq, 2304 + 4096) + 1e-6
+
+
+def _two_turns(tmp_path) -> str:
+    """A session: turn 0 sends X; turn 1 re-sends it (same tokens) plus Y."""
+    reqs = [
+        TraceRequest("t0", 0.0, 400, 8, (MMItem("X", 40, 300),), session="s"),
+        TraceRequest(
+            "t1", 30.0, 900, 4, (MMItem("X", 40, 300), MMItem("Y", 450, 400)), "s"
+        ),
+    ]
+    return str(Trace("two_turns", reqs).save(tmp_path / "two_turns.jsonl"))
+
+
+@pytest.mark.parametrize("pc", [False, True])
+def test_prefix_caching_covers_earlier_turns(base_child, tmp_path, pc):
+    """With prefix caching the second turn's X is in the KV cache (the
+    generated answer tokens are the ones the next turn re-sends), so the
+    encoder cache is asked for Y only."""
+    res = base_child.run(
+        default_spec(
+            _two_turns(tmp_path),
+            device_embeds=1000,
+            sched={"enable_prefix_caching": pc},
+        )
+    )
+    assert res["status"] == "ok", res
+    seq = [h for h, _ in res["access_seq"]]
+    assert seq == (["X", "Y"] if pc else ["X", "X", "Y"])
+    assert res["prefix_cache"]["hits"] >= (400 if pc else 0)
+    if not pc:
+        assert res["prefix_cache"]["hits"] == 0
+
+
+def test_encoder_budget_is_the_same_for_every_manager(tree_child, tmp_path):
+    f = tree_child.features
+    via = "config" if f["two_tier"] and f["ec_manager_metadata"] else "inject"
+    path = _small_multi_turn(tmp_path, 3, "m.jsonl")
+    budgets = set()
+    for dev, host, mgr in (
+        (2304, 0, {"kind": "default"}),
+        (40000, 0, {"kind": "default"}),
+        (2304, 20000, {"kind": "twotier", "policy": "lru", "via": via}),
+        (40000, 0, {"kind": "twotier", "policy": "score", "via": via}),
+    ):
+        res = tree_child.run(
+            default_spec(path, device_embeds=dev, host_embeds=host, manager=mgr)
+        )
+        assert res["status"] == "ok", res
+        assert res["device_capacity"] == dev
+        budgets.add(res["encoder_budget"])
+    assert len(budgets) == 1
+    # The spec can set it, for every manager alike.
+    res = tree_child.run(default_spec(path, device_embeds=2304, encoder_budget=9000))
+    assert res["encoder_budget"] == 9000
+
+
+def test_two_tier_reports_copy_traffic(tree_child, tmp_path):
+    """A host tier too small to keep what it is given wastes demotions."""
+    f = tree_child.features
+    via = "config" if f["two_tier"] and f["ec_manager_metadata"] else "inject"
+    path = _small_multi_turn(tmp_path, 3, "m.jsonl")
+    res = tree_child.run(
+        default_spec(
+            path,
+            device_embeds=2304,
+            host_embeds=2304,
+            manager={"kind": "twotier", "policy": "lru", "via": via},
+        )
+    )
+    assert res["status"] == "ok", res
+    assert res["bytes_demoted"] == res["bytes_d2h"] > 0
+    assert res["bytes_promoted"] == res["bytes_h2d"]
+    assert 0 < res["bytes_wasted_demotion"] <= res["bytes_demoted"]
+    assert res["wasted_demotion_share"] == pytest.approx(
+        res["bytes_wasted_demotion"] / res["bytes_demoted"]
+    )
+    # Every demoted byte is promoted, wasted, or still on the host.
+    assert (
+        res["bytes_promoted"]
+        + res["bytes_wasted_demotion"]
+        + res["bytes_demoted_on_host_at_end"]
+        >= res["bytes_demoted"]
+    )

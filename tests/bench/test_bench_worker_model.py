@@ -96,3 +96,28 @@ def test_only_overlapping_items_are_needed():
     )
     with pytest.raises(WorkerModelError, match="'y'"):
         w.step(StepInput(step=1, cached_reqs=[("a", 50)], num_scheduled={"a": 100}))
+
+
+def test_wasted_demotions_are_counted():
+    """Demoted then dropped before any promotion = wasted; promoted = not."""
+    w = WorkerModel(device_capacity=200, host_capacity=200)
+    _first_step(w)  # x (100) and y (50) on the device
+    st = w.step(StepInput(step=1, manager_ops=[("demote", "x"), ("demote", "y")]))
+    assert st.d2h_embeds == 150 and w.pending_demotions == {"x": 100, "y": 50}
+    w.step(StepInput(step=2, manager_ops=[("promote", "x")]))
+    w.step(StepInput(step=3, manager_ops=[("drop_host", "y")]))
+    assert w.wasted_demotion_embeds == 50 and w.pending_demotions == {}
+    # x was promoted: demoting it again and clearing the host wastes 100.
+    w.step(StepInput(step=4, manager_ops=[("demote", "x"), ("clear_host", "")]))
+    assert w.wasted_demotion_embeds == 150 and not w.host
+
+
+def test_copy_ops_keep_the_source_and_resolve_demotions():
+    w = WorkerModel(device_capacity=200, host_capacity=200)
+    _first_step(w)
+    w.step(StepInput(step=1, manager_ops=[("demote_copy", "x")]))
+    assert "x" in w.device and "x" in w.host
+    w.step(StepInput(step=2, manager_ops=[("drop_device", "x"), ("promote_copy", "x")]))
+    assert "x" in w.device and "x" in w.host and not w.pending_demotions
+    w.step(StepInput(step=3, manager_ops=[("drop_host", "x")]))
+    assert w.wasted_demotion_embeds == 0  # it paid off once

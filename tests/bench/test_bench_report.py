@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where the report judges each family, and how targets read the summary."""
+
+from __future__ import annotations
+
+from bench import report as R
+
+
+def _caps(inf: float) -> dict:
+    return {"25%": {"bound": {"infinite": {"mean": inf}}}}
+
+
+def test_family_without_reuse_is_judged_where_it_has_some():
+    r = {
+        "summary": {
+            "default": {"chat": _caps(0.004), "zipf": _caps(0.6), "text": _caps(0.0)},
+            "pc_off": {"chat": _caps(0.7), "zipf": _caps(0.6), "text": _caps(0.0)},
+        }
+    }
+    assert R._family_scenarios(r) == {
+        "chat": "pc_off",  # the prefix cache holds its history by default
+        "zipf": "default",
+        "text": "default",  # no reuse anywhere: stays, its targets are n/a
+    }
+    only = {"summary": {"pc_off": {"chat": _caps(0.7)}}}
+    assert R._family_scenarios(only) == {"chat": "pc_off"}
+    assert R._family_scenarios({"summary": {}}) == {}
+
+
+def test_targets_without_runs_are_all_na():
+    t = R.targets({"meta": {}, "summary": {}})
+    assert t and all(x["status"] == "n/a" for x in t)
+    assert {x["group"] for x in t} == {"kept", "deferral", "overhead"}

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/run.py end to end on tiny traces (the session's child processes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import run as R
+from bench.trace import MMItem, Trace, TraceRequest
+
+
+@pytest.fixture(scope="module")
+def procs(base_child, tree_child):
+    return {"base": [base_child], "series": [tree_child]}
+
+
+def _run(tmp_path, trace: Trace, procs, *extra: str) -> tuple[int, dict]:
+    path = trace.save(tmp_path / f"{trace.name}.jsonl")
+    out = tmp_path / "out"
+    rc = R.main(
+        [
+            "--trace",
+            str(path),
+            "--out",
+            str(out),
+            "--skip",
+            "overhead",
+            "--skip",
+            "deferral",
+            *extra,
+        ],
+        procs=procs,
+    )
+    return rc, json.loads((out / "report.json").read_text())
+
+
+def test_trace_without_multimodal_items_gives_a_clean_report(tmp_path, procs):
+    reqs = [TraceRequest(f"r{i}", float(i), 50 + i, 4) for i in range(6)]
+    rc, r = _run(tmp_path, Trace("text_only", reqs), procs)
+    assert rc == 0, r["errors"]
+    se = r["scenarios"]["default"]["families"]["text_only"]["seeds"]["-"]
+    assert se["pilot"]["status"] == "ok" and se["pilot"]["hit_ratio"] is None
+    assert se["footprint"] == 0 and "nothing to cache" in se["note"]
+    assert se["caps"] == {}
+    assert all(t["status"] == "n/a" for t in r["targets"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "nothing to cache" in md
+
+
+def test_small_trace_end_to_end(tmp_path, procs):
+    """Every run ok and within the bound; peers replay the judged run's own
+    sequence; targets carry value, threshold and status."""
+    reqs = []
+    for k in range(24):  # a loop over 6 images, two per request
+        a, b = f"img{k % 6}", f"img{(k + 1) % 6}"
+        reqs.append(
+            TraceRequest(
+                f"r{k}", 0.5 * k, 900, 4, (MMItem(a, 10, 300), MMItem(b, 400, 300))
+            )
+        )
+    rc, r = _run(
+        tmp_path,
+        Trace("loop", reqs),
+        procs,
+        "--scenarios",
+        "default",
+        "--policies",
+        "lru",
+    )
+    assert rc == 0, r["errors"]
+    judged = r["meta"]["judged"]
+    assert judged == f"two-tier {r['meta']['default_policy']}"
+    se = r["scenarios"]["default"]["families"]["loop"]["seeds"]["-"]
+    assert se["footprint"] == 6 * 300
+    for key in ("25%", "50%"):
+        ce = se["caps"][key]
+        assert ce["device"] + ce["host"] == ce["total"]
+        assert set(ce["runs"]) == {
+            "default",
+            "two-tier lru",
+            judged,
+            f"{judged} host 0",
+        }
+        assert all(x["status"] == "ok" for x in ce["runs"].values())
+        assert ce["bound"]["sequence"] == judged
+        assert ce["bound"]["accesses"] == ce["runs"][judged]["accesses"]
+        assert set(ce["peers"]) >= {
+            "LRU",
+            "GDSF",
+            "LHD",
+            "S3FIFO",
+            "WTinyLFU",
+            "ARC",
+            "Sieve",
+        }
+        for res in ce["runs"].values():
+            if "bound_ok" in res:
+                assert res["bound_ok"]
+        assert ce["runs"][judged]["hit_ratio"] <= ce["bound"]["foo"] + 1e-9
+    names = {t["group"] for t in r["targets"]}
+    assert {"peers", "overhead", "deferral", "kept"} <= names
+    for t in r["targets"]:
+        assert t["status"] in ("pass", "fail", "n/a")
+        assert {"name", "value", "threshold", "detail"} <= set(t)
+    s = r["summary"]["default"]["loop"]["25%"]
+    assert s["runs"][judged]["hit_ratio"]["n"] == 1
