@@ -12,7 +12,8 @@ FORCE   ?=
 EACH    ?=
 
 .PHONY: help base tree export check venv pytest hf-cache tiny-model test test-tooling \
-        test-upstream test-series test-e2e test-bench demo demo-engine bench clean
+        test-upstream test-series test-e2e test-bench test-scaleout demo demo-engine bench \
+        scaleout clean
 
 help:
 	@echo "make demo      build the patched tree and run the main demo"
@@ -23,6 +24,7 @@ help:
 	@echo "make pytest TREE=base|tree ARGS='...'   run pytest inside a tree"
 	@echo "make bench     the full replay benchmark (build/bench/report.md)"
 	@echo "make demo-engine TREE=base|tree   the real engine on CPU with the tiny multimodal model"
+	@echo "make scaleout TREE=tree|PATH   TP=2 and E->PD on CPU (build/scaleout/summary.json)"
 
 base:
 	$(SERIES) base
@@ -55,7 +57,7 @@ pytest: $(VENV)/.stamp hf-cache
 	$(VPY) tools/series.py pytest --tree $(TREE) $(ARGS)
 
 # ------------------------------------------------------------------ tests
-test: test-tooling check test-upstream test-series test-e2e test-bench
+test: test-tooling check test-upstream test-series test-e2e test-bench test-scaleout
 	@echo "make test: all green"
 
 test-tooling: $(VENV)/.stamp
@@ -77,6 +79,11 @@ test-bench: $(VENV)/.stamp hf-cache
 	$(VPY) tools/series.py tree
 	$(VPY) -m pytest -q tests/bench
 
+# Reduced scale-out (TP=2 two-tier vs TP=1 default, E->PD happy path).
+test-scaleout: $(VENV)/.stamp hf-cache tiny-model
+	$(VPY) tools/series.py tree
+	$(VPY) -m pytest -q tests/scaleout
+
 # ------------------------------------------------------------------- jobs
 demo: $(VENV)/.stamp hf-cache tiny-model
 	$(VPY) tools/series.py tree
@@ -90,6 +97,12 @@ demo-engine: $(VENV)/.stamp hf-cache tiny-model
 bench: $(VENV)/.stamp hf-cache
 	$(VPY) tools/series.py tree
 	$(VPY) bench/run.py
+
+# Scale-out on CPU: TP=1/TP=2 x default/two-tier, and E->PD with real
+# servers (happy path, slow storage, producer kill); build/scaleout/.
+scaleout: $(VENV)/.stamp hf-cache tiny-model
+	$(VPY) tools/series.py tree
+	$(VPY) tools/scaleout --tree $(TREE)
 
 clean:
 	rm -rf build/base build/tree build/bench build/hf build/models
