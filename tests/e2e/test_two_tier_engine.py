@@ -40,10 +40,12 @@ MAX_TOKENS = 8
 # The series tree by default; any checkout (e.g. a worktree) via the env.
 TREE = os.environ.get("TWO_TIER_E2E_TREE", "tree")
 QUALNAME = "vllm.v1.core.two_tier_encoder_cache_manager.TwoTierEncoderCacheManager"
-# The line LoggingStatLogger prints for a tiered encoder cache.
+# The line LoggingStatLogger prints for a tiered encoder cache (the hit rate
+# is windowed, "over the last N lookups", from the [Metrics] patch on; the
+# counters are cumulative).
 STATS_RE = re.compile(
-    r"Encoder cache hit rate: [\d.]+% \(device hits: (\d+), host hits: (\d+), "
-    r"misses: (\d+)\), promotions: (\d+), demotions: (\d+), "
+    r"Encoder cache hit rate: [\d.]+%[^(]*\((?:totals: )?device hits: (\d+), "
+    r"host hits: (\d+), misses: (\d+)\), promotions: (\d+), demotions: (\d+), "
     r"evictions device/host: (\d+)/(\d+)"
 )
 STATS_KEYS = (
