@@ -3,17 +3,25 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON  ?= python3
-VENV    := .venv
+# BASE: the vLLM release the series targets. Unset (or 0.22.1) is the primary
+# base: patches/, build/base, build/tree, .venv. BASE=0.32.0 selects
+# patches-0.32.0/ and its own build/*-0.32.0 and .venv-0.32.0 (README, "Two bases").
+BASE    ?=
+SFX     := $(if $(filter-out 0.22.1,$(BASE)),-$(BASE))
+export SERIES_BASE := $(BASE)
+VENV    := .venv$(SFX)
 VPY     := $(VENV)/bin/python
 SERIES  := $(PYTHON) tools/series.py
 TREE    ?= tree
 ARGS    ?=
 FORCE   ?=
 EACH    ?=
+# The bases `make test` runs (BASE=... runs that one only).
+TEST_BASES := $(if $(BASE),$(BASE),0.22.1 0.32.0)
 
 .PHONY: help base tree export check venv pytest hf-cache tiny-model test test-tooling \
-        test-upstream test-series test-e2e test-bench test-scaleout demo demo-engine bench \
-        scaleout clean
+        test-base test-upstream test-series test-e2e test-bench test-scaleout demo \
+        demo-engine bench scaleout clean
 
 help:
 	@echo "make demo      build the patched tree and run the main demo"
@@ -25,6 +33,7 @@ help:
 	@echo "make bench     the full replay benchmark (build/bench/report.md)"
 	@echo "make demo-engine TREE=base|tree   the real engine on CPU with the tiny multimodal model"
 	@echo "make scaleout TREE=tree|PATH   TP=2 and E->PD on CPU (build/scaleout/summary.json)"
+	@echo "BASE=0.32.0 on tree, export, check, pytest, test, demo-engine, bench: the v0.32.0 series"
 
 base:
 	$(SERIES) base
@@ -37,7 +46,8 @@ export:
 
 # The environment: created on demand, once (see tools/setup_venv.sh).
 venv: $(VENV)/.stamp
-$(VENV)/.stamp: tools/setup_venv.sh tools/requirements-extra.txt
+$(VENV)/.stamp: tools/setup_venv.sh tools/requirements-extra$(SFX).txt \
+                $(if $(SFX),tools/torchvision_cpu_ops.py tools/vllm_cpu_slot_mapping.py)
 	$(SERIES) base
 	PYTHON=$(PYTHON) bash tools/setup_venv.sh
 
@@ -52,13 +62,23 @@ tiny-model: $(VENV)/.stamp
 check: $(VENV)/.stamp
 	$(VPY) tools/series.py check $(if $(EACH),--each)
 
+# Runs on build/tree as it stands (uncommitted or unexported work included),
+# with a warning when it differs from patches/; builds it if missing.
 pytest: $(VENV)/.stamp hf-cache
-	$(VPY) tools/series.py tree $(if $(FORCE),--force) >/dev/null
+	$(VPY) tools/series.py tree --as-is $(if $(FORCE),--force) >/dev/null
 	$(VPY) tools/series.py pytest --tree $(TREE) $(ARGS)
 
 # ------------------------------------------------------------------ tests
-test: test-tooling check test-upstream test-series test-e2e test-bench test-scaleout
+# The tooling tests once, then the same steps on each base (both by default).
+test: test-tooling
+	@set -e; for b in $(TEST_BASES); do \
+	  echo "=== make test: base $$b ==="; \
+	  $(MAKE) --no-print-directory test-base BASE=$$b; \
+	done
 	@echo "make test: all green"
+
+# Scale-out (issue 13) is a v0.22.1 feature: its reduced form runs on that base only.
+test-base: check test-upstream test-series test-e2e test-bench $(if $(SFX),,test-scaleout)
 
 test-tooling: $(VENV)/.stamp
 	$(VPY) -m pytest -q tests/tooling
@@ -105,4 +125,4 @@ scaleout: $(VENV)/.stamp hf-cache tiny-model
 	$(VPY) tools/scaleout --tree $(TREE)
 
 clean:
-	rm -rf build/base build/tree build/bench build/hf build/models
+	rm -rf build/base$(SFX) build/tree$(SFX) build/bench$(SFX) build/hf$(SFX) build/models$(SFX)

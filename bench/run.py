@@ -38,7 +38,14 @@ from bench import workloads as W  # noqa: E402
 from bench.costmodel import load_encoder_cost  # noqa: E402
 from bench.overhead import measure_overhead  # noqa: E402
 from bench.report import print_quick_table, summarise, targets, write_report  # noqa: E402
-from bench.runner import BUILD, TreeProcess, cost_model_path, default_spec  # noqa: E402
+from bench.runner import (  # noqa: E402
+    BASE_DIR,
+    BENCH_DIR,
+    TREE_DIR,
+    TreeProcess,
+    cost_model_path,
+    default_spec,
+)
 from bench.trace import Trace  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -726,11 +733,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="short demo run (< 3 min)")
-    ap.add_argument("--out", default=str(BUILD / "bench"))
-    ap.add_argument("--base", default=str(BUILD / "base"))
+    ap.add_argument("--out", default=str(BENCH_DIR))
+    ap.add_argument("--base", default=str(BASE_DIR))
     ap.add_argument(
         "--tree",
-        default=str(BUILD / "tree"),
+        default=str(TREE_DIR),
         help="the series tree (default build/tree)",
     )
     ap.add_argument(

@@ -12,17 +12,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import series  # type: ignore[import-not-found]  # noqa: E402
+
+sys.path.pop(0)
 BUILD = ROOT / "build"
-VENV_PY = ROOT / ".venv" / "bin" / "python"
+# The selected base's trees and venv (SERIES_BASE; make bench BASE=0.32.0).
+BASE_DIR, TREE_DIR = series.BASE_DIR, series.TREE_DIR
+BENCH_DIR = BUILD / f"bench{series.SUFFIX}"
+VENV_PY = series.VENV / "bin" / "python"
 
 
 def tree_env(tree: Path) -> dict[str, str]:
     """``tools/series.py``'s tree_env, plus the repo root for ``bench``."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import series  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
     env = series.tree_env(tree)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -39,16 +41,13 @@ class TreeProcess:
     def __init__(self, name: str, tree: Path, log_dir: Path | None = None) -> None:
         self.name = name
         self.tree = tree
-        log_dir = log_dir or (BUILD / "bench" / "logs")
+        log_dir = log_dir or (BENCH_DIR / "logs")
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"child-{name}.log"
         self._log = open(self.log_path, "w")
         py = str(VENV_PY if VENV_PY.exists() else sys.executable)
         env = tree_env(tree)
-        if tree.resolve() not in (
-            (BUILD / "base").resolve(),
-            (BUILD / "tree").resolve(),
-        ):
+        if tree.resolve() not in (BASE_DIR.resolve(), TREE_DIR.resolve()):
             env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave others' checkouts untouched
         self.proc = subprocess.Popen(
             [py, "-m", "bench.child"],

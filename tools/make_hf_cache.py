@@ -23,6 +23,7 @@ refs}``), so ``transformers``/``huggingface_hub`` resolve the ids with
 snapshot revision on every run.
 
 Usage: ``python tools/make_hf_cache.py [--out build/hf] [--force] [ids...]``
+(``SERIES_BASE=0.32.0``: ``build/hf-0.32.0``)
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import series  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "build" / "hf"
+# Per base (build/hf, build/hf-0.32.0): each base's venv has its own
+# tokenizers/transformers, which read and write these files.
+DEFAULT_OUT = ROOT / "build" / f"hf{series.SUFFIX}"
 
 # Bump when the generated content changes, so that stale caches are rebuilt.
 GENERATOR_VERSION = "1"

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Generate a tiny random-weight Qwen2-VL-style model for CPU engine tests.
 
-Output (default ``build/models/tiny-qwen2-vl``), about 1.5 MB:
+Output (default ``build/models/tiny-qwen2-vl``; ``SERIES_BASE=0.32.0``:
+``build/models-0.32.0/tiny-qwen2-vl``), about 1.5 MB:
 
 * ``config.json``: a Qwen2-VL config in the hub's flat format with tiny sizes
   (text: hidden 64, 2 layers, 2 heads of 32 -- the CPU attention backend's
@@ -36,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_hf_cache as hfc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "build" / "models" / "tiny-qwen2-vl"
+# Per base (build/models, build/models-0.32.0): the weights come from the
+# base venv's torch/transformers (see generator_id).
+DEFAULT_OUT = ROOT / "build" / f"models{hfc.series.SUFFIX}" / "tiny-qwen2-vl"
 GENERATOR_VERSION = "1"
 SEED = 1234
 

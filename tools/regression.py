@@ -3,6 +3,11 @@
 """Upstream regression: every upstream test that passes on build/base must
 pass on build/tree.
 
+The base is selected like everywhere else (``SERIES_BASE``, ``make
+test-upstream BASE=0.32.0``): the same module list runs where the modules
+exist in that release, and the known CUDA-only list is the base's own
+(``tools/known_cuda_only[-<version>].txt``).
+
 Runs the same upstream test modules in both trees (the two runs in parallel,
 one per core), reads their JUnit XML and prints both counts. Fails if any test
 that passed on base does not pass on the tree.
@@ -41,8 +46,8 @@ def touched_upstream_tests() -> list[str]:
     """Upstream test modules (present in build/base) that a patch changes,
     and the upstream test module mirroring each upstream module a patch
     changes (vllm/a/b.py -> tests/a/test_b.py)."""
-    tree = series.BUILD / "tree"
-    base = series.BUILD / "base"
+    tree = series.TREE_DIR
+    base = series.BASE_DIR
     out = series.git(tree, "diff", "--name-only", "upstream..HEAD").stdout.split()
     found = set()
     for f in out:
@@ -93,11 +98,11 @@ def main() -> int:
         )
     ]
     deselect = series.known_cuda_only_deselects()
-    outdir = series.BUILD / "regression"
+    outdir = series.BUILD / f"regression{series.SUFFIX}"
     outdir.mkdir(parents=True, exist_ok=True)
     procs = {}
     for name in ("base", "tree"):
-        repo = series.BUILD / name
+        repo = series.tree_dir(name)
         existing = [m for m in modules if (repo / m).exists()]
         xml = outdir / f"{name}.xml"
         xml.unlink(missing_ok=True)
@@ -144,7 +149,10 @@ def main() -> int:
             + f"  (log: {outdir / (name + '.log')})"
         )
     if not res["base"]:
-        print("[regression] no results from build/base; see its log", file=sys.stderr)
+        print(
+            f"[regression] no results from build/base{series.SUFFIX}; see its log",
+            file=sys.stderr,
+        )
         return 1
     lost = sorted(
         k

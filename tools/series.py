@@ -4,10 +4,17 @@
 export the series and check it.
 
 Layout (relative to the repository root):
-  build/dl/       cached sdist download
+  build/dl/       cached sdist downloads
   build/base/     pristine sdist, one commit tagged ``upstream``
   build/tree/     ``upstream`` plus one commit per patch (``git am``)
   patches/        ``series`` plus ``NNNN-*.patch`` (``git format-patch``)
+
+The series is maintained against more than one vLLM release (``BASES``).
+v0.22.1 is the primary base and uses the paths above. Another base is
+selected with ``SERIES_BASE=<version>`` (``make ... BASE=<version>``): its
+series is ``patches-<version>/`` and every build output and environment gets
+the suffix ``-<version>`` (``build/base-0.32.0``, ``build/tree-0.32.0``,
+``build/kernels-0.32.0``, ``.venv-0.32.0``, ...). Only ``build/dl`` is shared.
 """
 
 from __future__ import annotations
@@ -24,16 +31,35 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# vLLM release -> sha256 of its sdist (the pinned, verified download).
+BASES = {
+    "0.22.1": "cd34902729f3767e3dfbb391956b2986bc638a54be9893e78bda9cc55669f15c",
+    "0.32.0": "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
+}
+DEFAULT_BASE = "0.22.1"
+BASE_VERSION = os.environ.get("SERIES_BASE") or DEFAULT_BASE
+if BASE_VERSION not in BASES:
+    sys.exit(
+        f"error: unknown base SERIES_BASE (make BASE=) {BASE_VERSION!r}; "
+        f"known: {', '.join(BASES)}"
+    )
+# "" for the primary base, "-<version>" for the others: appended to every
+# per-base path (build outputs, venv, patches directory, known lists).
+SUFFIX = "" if BASE_VERSION == DEFAULT_BASE else f"-{BASE_VERSION}"
+# How to name this base on a `make` command line in messages.
+MAKE_BASE = "" if not SUFFIX else f" BASE={BASE_VERSION}"
+
 BUILD = Path(os.environ.get("SERIES_BUILD", ROOT / "build"))
-PATCHES = Path(os.environ.get("SERIES_PATCHES", ROOT / "patches"))
+PATCHES = Path(os.environ.get("SERIES_PATCHES", ROOT / f"patches{SUFFIX}"))
+BASE_DIR = BUILD / f"base{SUFFIX}"
+TREE_DIR = BUILD / f"tree{SUFFIX}"
+VENV = ROOT / f".venv{SUFFIX}"
 
 SDIST_NAME = "vllm"
-SDIST_VERSION = "0.22.1"
+SDIST_VERSION = BASE_VERSION
 SDIST_FILE = f"vllm-{SDIST_VERSION}.tar.gz"
-SDIST_SHA256 = os.environ.get(
-    "SERIES_SDIST_SHA256",
-    "cd34902729f3767e3dfbb391956b2986bc638a54be9893e78bda9cc55669f15c",
-)
+SDIST_SHA256 = os.environ.get("SERIES_SDIST_SHA256", BASES[BASE_VERSION])
 # Things in the sdist that must not end up in the trees.
 SDIST_EXCLUDE = ("vllm.egg-info",)
 
@@ -210,7 +236,7 @@ def _init_repo(path: Path) -> None:
 
 
 def make_base(force: bool = False) -> Path:
-    base = BUILD / "base"
+    base = BASE_DIR
     if (base / ".git").exists() and not force:
         if (
             git(base, "rev-parse", "-q", "--verify", "upstream", check=False).returncode
@@ -220,7 +246,7 @@ def make_base(force: bool = False) -> Path:
     sdist = fetch()
     if base.exists():
         shutil.rmtree(base)
-    log("creating build/base from the pristine sdist")
+    log(f"creating build/base{SUFFIX} from the pristine sdist")
     extract(sdist, base)
     _init_repo(base)
     git(base, "add", "-A", "-f", ".")
@@ -243,7 +269,9 @@ def apply_series(repo: Path, patches: list[str]) -> None:
     for name in patches:
         p = PATCHES / name
         if not p.exists():
-            raise SeriesError(f"patches/series names {name}, which does not exist")
+            raise SeriesError(
+                f"{PATCHES.name}/series names {name}, which does not exist"
+            )
         proc = git(
             repo,
             *AM_IDENTITY,
@@ -322,27 +350,48 @@ def tree_state_problems(tree: Path) -> list[str]:
         diff = _diff_dirs(Path(tmp), PATCHES)
     if diff:
         problems.append(
-            "commits not exported to patches/ (differs: " + ", ".join(diff) + ")"
+            f"commits not exported to {PATCHES.name}/ (differs: "
+            + ", ".join(diff)
+            + ")"
         )
     return problems
 
 
-def make_tree(force: bool = False) -> Path:
+def make_tree(force: bool = False, as_is: bool = False) -> Path:
+    """Materialise build/tree from patches/.
+
+    An existing tree that holds work patches/ lacks is refused (``force``
+    rebuilds it anyway). With ``as_is`` (``make pytest``) such a tree is kept
+    as it stands, with a warning, so that edit -> test -> commit works."""
     base = make_base()
-    tree = BUILD / "tree"
+    tree = TREE_DIR
+    name = f"build/tree{SUFFIX}"
     if (tree / ".git").exists():
         problems = tree_state_problems(tree)
         if not problems:
-            log("build/tree is up to date with patches/")
+            log(f"{name} is up to date with {PATCHES.name}/")
+            link_kernels(tree)
+            return tree
+        if as_is and not force:
+            print(
+                f"[series] warning: {name} differs from {PATCHES.name}/; running on "
+                "it as it stands:\n  - "
+                + "\n  - ".join(problems)
+                + f"\n[series] (`make export{MAKE_BASE}` saves it, "
+                f"`make tree{MAKE_BASE} FORCE=1` discards it)",
+                file=sys.stderr,
+                flush=True,
+            )
             link_kernels(tree)
             return tree
         if not force:
             raise SeriesError(
-                "refusing to overwrite build/tree, it holds work not in patches/:\n  - "
+                f"refusing to overwrite {name}, it holds work not in {PATCHES.name}/:\n  - "
                 + "\n  - ".join(problems)
-                + "\nCommit and `make export` first, or rebuild anyway with `make tree FORCE=1`."
+                + f"\nCommit and `make export{MAKE_BASE}` first, or rebuild anyway with "
+                f"`make tree{MAKE_BASE} FORCE=1`."
             )
-        log("FORCE=1: discarding build/tree")
+        log(f"FORCE=1: discarding {name}")
     if tree.exists():
         shutil.rmtree(tree)
     git(BUILD, "clone", "-q", "--no-hardlinks", str(base), str(tree))
@@ -353,19 +402,21 @@ def make_tree(force: bool = False) -> Path:
     git(tree, "config", "gc.auto", "0")
     patches = series_list()
     apply_series(tree, patches)
-    log(f"build/tree: upstream + {len(patches)} patch(es)")
+    log(f"{name}: upstream + {len(patches)} patch(es)")
     link_kernels(tree)
     return tree
 
 
 def export() -> None:
-    tree = BUILD / "tree"
+    tree = TREE_DIR
     if not (tree / ".git").exists():
-        raise SeriesError("build/tree does not exist; run `make tree` first")
+        raise SeriesError(
+            f"build/tree{SUFFIX} does not exist; run `make tree{MAKE_BASE}` first"
+        )
     status = git(tree, "status", "--porcelain", "--untracked-files=no").stdout
     if status.strip():
         raise SeriesError(
-            "build/tree has uncommitted changes; commit them first:\n" + status
+            f"build/tree{SUFFIX} has uncommitted changes; commit them first:\n" + status
         )
     with tempfile.TemporaryDirectory() as tmp:
         names = export_to(tree, Path(tmp))
@@ -378,12 +429,12 @@ def export() -> None:
             dst = PATCHES / n
             if not dst.exists() or dst.read_bytes() != src.read_bytes():
                 shutil.copyfile(src, dst)
-    log(f"exported {len(names)} patch(es) to patches/")
+    log(f"exported {len(names)} patch(es) to {PATCHES.name}/")
 
 
 # ------------------------------------------------------------------- kernels
 def kernels_dir() -> Path:
-    return BUILD / "kernels" / "vllm"
+    return BUILD / f"kernels{SUFFIX}" / "vllm"
 
 
 def link_kernels(repo: Path) -> None:
@@ -458,11 +509,9 @@ def ruff_errors(repo: Path, files: list[str]) -> list[str]:
     py = [f for f in files if f.endswith(".py") and (repo / f).exists()]
     if not py:
         return []
-    ruff = shutil.which("ruff", path=str(ROOT / ".venv" / "bin")) or shutil.which(
-        "ruff"
-    )
+    ruff = shutil.which("ruff", path=str(VENV / "bin")) or shutil.which("ruff")
     if not ruff:
-        raise SeriesError("ruff not found; run `make venv` first")
+        raise SeriesError(f"ruff not found; run `make venv{MAKE_BASE}` first")
     errors = []
     for args in (["check", "--no-fix"], ["format", "--check", "--diff"]):
         proc = subprocess.run(
@@ -485,7 +534,9 @@ def check(each: bool = False) -> None:
     errors: list[str] = []
     on_disk = sorted(p.name for p in PATCHES.glob("*.patch"))
     if sorted(patches) != on_disk:
-        errors.append(f"patches/series {patches} does not match patch files {on_disk}")
+        errors.append(
+            f"{PATCHES.name}/series {patches} does not match patch files {on_disk}"
+        )
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         wt = worktree_at_upstream(tmp)
@@ -531,7 +582,7 @@ def check(each: bool = False) -> None:
                             )
                             break
         finally:
-            base = BUILD / "base"
+            base = BASE_DIR
             git(base, "worktree", "remove", "--force", str(wt), check=False)
             git(base, "worktree", "prune", check=False)
     if errors:
@@ -541,7 +592,7 @@ def check(each: bool = False) -> None:
 
 def known_cuda_only_deselects() -> list[str]:
     """--deselect arguments for tools/known_cuda_only.txt (reviewed list)."""
-    path = ROOT / "tools" / "known_cuda_only.txt"
+    path = ROOT / "tools" / f"known_cuda_only{SUFFIX}.txt"
     if not path.exists():
         return []
     out: list[str] = []
@@ -568,7 +619,7 @@ def fast_tests(repo: Path, revs: list[tuple[str, str]]) -> list[str]:
 
 def series_tests() -> int:
     """Run the test files the series adds (absent from build/base) on build/tree."""
-    tree, base = BUILD / "tree", BUILD / "base"
+    tree, base = TREE_DIR, BASE_DIR
     changed = git(
         tree, "diff", "--name-only", "--diff-filter=AM", "upstream..HEAD"
     ).stdout.split()
@@ -592,30 +643,33 @@ def tree_env(repo: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         PYTHONPATH=os.pathsep.join([str(repo), str(ROOT / "tools" / "pytest_plugins")]),
-        HF_HOME=str(BUILD / "hf"),
+        HF_HOME=str(BUILD / f"hf{SUFFIX}"),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
-        VLLM_CACHE_ROOT=str(BUILD / "vllm-cache"),
-        VLLM_CONFIG_ROOT=str(BUILD / "vllm-config"),
-        VLLM_RPC_BASE_PATH=str(BUILD / "vllm-rpc"),
-        TORCHINDUCTOR_CACHE_DIR=str(BUILD / "inductor-cache"),
+        VLLM_CACHE_ROOT=str(BUILD / f"vllm-cache{SUFFIX}"),
+        VLLM_CONFIG_ROOT=str(BUILD / f"vllm-config{SUFFIX}"),
+        VLLM_RPC_BASE_PATH=str(BUILD / f"vllm-rpc{SUFFIX}"),
+        TORCHINDUCTOR_CACHE_DIR=str(BUILD / f"inductor-cache{SUFFIX}"),
         VLLM_TARGET_DEVICE="cpu",
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
         TOKENIZERS_PARALLELISM="false",
     )
-    (BUILD / "vllm-rpc").mkdir(parents=True, exist_ok=True)
+    (BUILD / f"vllm-rpc{SUFFIX}").mkdir(parents=True, exist_ok=True)
     return env
 
 
 def tree_dir(name: str) -> Path:
-    if name in ("base", "tree"):
-        return BUILD / name
+    """``base`` or ``tree`` of the selected base, or a checkout path."""
+    if name == "base":
+        return BASE_DIR
+    if name == "tree":
+        return TREE_DIR
     return Path(name).resolve()
 
 
 def run_pytest(repo: Path, args: list[str]) -> int:
-    py = ROOT / ".venv" / "bin" / "python"
+    py = VENV / "bin" / "python"
     cmd = [str(py), "-m", "pytest", "-p", "cpu_shims", *args]
     return subprocess.run(cmd, cwd=repo, env=tree_env(repo)).returncode
 
@@ -630,6 +684,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true")
     p = sub.add_parser("tree")
     p.add_argument("--force", action="store_true")
+    p.add_argument(
+        "--as-is",
+        action="store_true",
+        help="keep an existing tree that differs from the series (warn instead)",
+    )
     sub.add_parser("export")
     p = sub.add_parser("check")
     p.add_argument("--each", action="store_true")
@@ -666,15 +725,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "base":
             make_base(force=args.force)
         elif args.cmd == "tree":
-            make_tree(force=args.force)
+            make_tree(force=args.force, as_is=args.as_is)
         elif args.cmd == "export":
             export()
         elif args.cmd == "check":
             check(each=args.each)
         elif args.cmd == "link-kernels":
-            for name in ("base", "tree"):
-                if (BUILD / name / ".git").exists():
-                    link_kernels(BUILD / name)
+            for repo in (BASE_DIR, TREE_DIR):
+                if (repo / ".git").exists():
+                    link_kernels(repo)
         elif args.cmd == "series-tests":
             return series_tests()
         elif args.cmd == "pytest":

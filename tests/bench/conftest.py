@@ -20,7 +20,9 @@ if str(ROOT) not in sys.path:
 
 
 def _tree_path() -> Path:
-    return Path(os.environ.get("BENCH_TEST_TREE", ROOT / "build" / "tree"))
+    from bench.runner import TREE_DIR
+
+    return Path(os.environ.get("BENCH_TEST_TREE", TREE_DIR))
 
 
 def _has_two_tier(tree: Path) -> bool:
@@ -31,16 +33,15 @@ def _has_two_tier(tree: Path) -> bool:
 
 @pytest.fixture(scope="session")
 def _children():
-    from bench.runner import BUILD, TreeProcess
+    from bench.runner import BASE_DIR, BENCH_DIR, TreeProcess, series
 
     procs = {}
-    if (BUILD / "base" / "vllm" / "__init__.py").is_file() and (BUILD / "hf").is_dir():
-        procs["base"] = TreeProcess(
-            "test-base", BUILD / "base", BUILD / "bench" / "test-logs"
-        )
+    hf = Path(series.tree_env(BASE_DIR)["HF_HOME"])
+    if (BASE_DIR / "vllm" / "__init__.py").is_file() and hf.is_dir():
+        procs["base"] = TreeProcess("test-base", BASE_DIR, BENCH_DIR / "test-logs")
         if _has_two_tier(_tree_path()):
             procs["tree"] = TreeProcess(
-                "test-tree", _tree_path(), BUILD / "bench" / "test-logs"
+                "test-tree", _tree_path(), BENCH_DIR / "test-logs"
             )
     yield procs
     for p in procs.values():

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import engine_probe  # noqa: E402
-from series import BUILD  # noqa: E402
+from series import tree_dir  # noqa: E402
 
 NUM_IMAGES = 4
 MAX_TOKENS = 16
@@ -54,7 +54,7 @@ def expected_patches(model_dir: Path, images: list[Any]) -> int:
 
 @pytest.mark.parametrize("tree", ["base", "tree"])
 def test_engine_smoke(tree: str, tiny_model: Path, images: list[Any]) -> None:
-    if not (BUILD / tree / "vllm" / "__init__.py").exists():
+    if not (tree_dir(tree) / "vllm" / "__init__.py").exists():
         pytest.fail(f"build/{tree} is missing: run `make tree` first")
     prompts = [engine_probe.qwen2_vl_prompt(q) for q in QUESTIONS]
     res = engine_probe.run_generate(
@@ -73,7 +73,7 @@ def test_engine_smoke(tree: str, tiny_model: Path, images: list[Any]) -> None:
     # both processes running the selected tree's vllm package.
     assert len(res["workers"]) == 1
     worker = res["workers"][0]
-    tree_pkg = str((BUILD / tree / "vllm").resolve())
+    tree_pkg = str((tree_dir(tree) / "vllm").resolve())
     assert res["vllm_path"] == tree_pkg
     assert worker["vllm_path"] == tree_pkg
     assert worker["runner_class"] == "CPUModelRunner"

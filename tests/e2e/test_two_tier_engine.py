@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import engine_probe  # noqa: E402
-from series import tree_dir  # noqa: E402
+from series import BASE_VERSION, SUFFIX, tree_dir  # noqa: E402
 
 NUM_IMAGES = 4
 ROUNDS = 3
@@ -93,6 +93,18 @@ def _last_stats(log: str) -> dict[str, int]:
     return dict(zip(STATS_KEYS, map(int, matches[-1])))
 
 
+def _has_two_tier() -> bool:
+    return (
+        tree_dir(TREE) / "vllm" / "v1" / "core" / "two_tier_encoder_cache_manager.py"
+    ).is_file()
+
+
+# On the primary base the series has the two-tier cache, so its absence is a
+# failure; a second base's series (patches-<version>/) may not have it yet.
+@pytest.mark.skipif(
+    bool(SUFFIX) and not _has_two_tier(),
+    reason=f"the v{BASE_VERSION} series has no two-tier encoder cache manager yet",
+)
 def test_two_tier_engine_matches_default_and_uses_host_tier(
     tiny_model: Path, images: list[Any]
 ) -> None:
