@@ -509,7 +509,13 @@ def ruff_errors(repo: Path, files: list[str]) -> list[str]:
     py = [f for f in files if f.endswith(".py") and (repo / f).exists()]
     if not py:
         return []
-    ruff = shutil.which("ruff", path=str(VENV / "bin")) or shutil.which("ruff")
+    # The base's own venv, else the running interpreter's (both pin the same
+    # ruff), else PATH.
+    ruff = (
+        shutil.which("ruff", path=str(VENV / "bin"))
+        or shutil.which("ruff", path=str(Path(sys.executable).parent))
+        or shutil.which("ruff")
+    )
     if not ruff:
         raise SeriesError(f"ruff not found; run `make venv{MAKE_BASE}` first")
     errors = []
