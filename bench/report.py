@@ -776,8 +776,13 @@ def write_report(r: dict[str, Any], out: Path) -> None:
         "",
         "Two-tier policies run: "
         + ", ".join(meta.get("policies") or ["(none)"])
-        + f"; the tree's default policy: **{meta.get('default_policy')}** (the targets "
-        "judge it). Series features: "
+        + (
+            f"; judged policy (--judge-policy): **{meta.get('default_policy')}** "
+            f"(the tree's default: {meta.get('tree_default_policy')}). Series features: "
+            if meta.get("judge_policy_override")
+            else f"; the tree's default policy: **{meta.get('default_policy')}** "
+            "(the targets judge it). Series features: "
+        )
         + ", ".join(
             f"{k}={v}" for k, v in feats.get("series", {}).items() if k != "vllm_file"
         ),

@@ -195,7 +195,16 @@ class Bench:
                 }
             )
             default = None
-        # The default policy is always run: the targets judge it.
+        judge = getattr(self.args, "judge_policy", None)
+        if judge:
+            # Judge another registered policy as if it were the default
+            # (validating a candidate default without editing the tree).
+            if judge not in have:
+                raise SystemExit(
+                    f"bench: --judge-policy {judge!r}: the tree's policies are {have}"
+                )
+            default = judge
+        # The judged policy is always run: the targets judge it.
         want = (self.args.policies or ["lru", "score"]) + ([default] if default else [])
         out: list[str] = []
         for p in want:
@@ -401,6 +410,12 @@ class Bench:
             self.judged = f"two-tier {default_policy}"
         self.r["meta"]["policies"] = policies
         self.r["meta"]["default_policy"] = default_policy
+        self.r["meta"]["judge_policy_override"] = bool(
+            getattr(self.args, "judge_policy", None)
+        )
+        self.r["meta"]["tree_default_policy"] = self.feats.get("series", {}).get(
+            "two_tier_default_policy"
+        )
         self.r["meta"]["judged"] = self.judged
         self.r["meta"]["foo_solver"] = B.foo_solver()
         jobs: list = []
@@ -761,6 +776,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="two-tier policies to run (default: lru, score); the tree's default "
         "policy always runs too",
+    )
+    ap.add_argument(
+        "--judge-policy",
+        default=None,
+        help="judge this two-tier policy (one the tree registers) against the "
+        "targets instead of the tree's default policy",
     )
     ap.add_argument(
         "--scenarios",

@@ -106,3 +106,38 @@ def test_small_trace_end_to_end(tmp_path, procs):
         assert {"name", "value", "threshold", "detail"} <= set(t)
     s = r["summary"]["default"]["loop"]["25%"]
     assert s["runs"][judged]["hit_ratio"]["n"] == 1
+
+
+def test_judge_policy_judges_a_non_default_policy(tmp_path, procs):
+    """--judge-policy makes the targets judge another registered policy,
+    without editing the tree; the report says so."""
+    reqs = [
+        TraceRequest(f"r{k}", 0.5 * k, 600, 4, (MMItem(f"img{k % 5}", 10, 300),))
+        for k in range(15)
+    ]
+    rc, r = _run(
+        tmp_path,
+        Trace("loop5", reqs),
+        procs,
+        "--scenarios",
+        "default",
+        "--policies",
+        "lru",
+        "--judge-policy",
+        "lru",
+    )
+    assert rc == 0, r["errors"]
+    meta = r["meta"]
+    assert meta["judged"] == "two-tier lru" and meta["default_policy"] == "lru"
+    assert meta["judge_policy_override"] is True
+    assert meta["tree_default_policy"] != "lru"
+    ce = r["scenarios"]["default"]["families"]["loop5"]["seeds"]["-"]["caps"]["25%"]
+    assert ce["bound"]["sequence"] == "two-tier lru"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "judged policy (--judge-policy): **lru**" in md
+
+
+def test_judge_policy_must_be_registered(tmp_path, procs):
+    reqs = [TraceRequest("r0", 0.0, 600, 4, (MMItem("img0", 10, 300),))]
+    with pytest.raises(SystemExit, match="no_such_policy"):
+        _run(tmp_path, Trace("one", reqs), procs, "--judge-policy", "no_such_policy")
