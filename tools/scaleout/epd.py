@@ -72,7 +72,14 @@ if str(TOOLS) not in sys.path:
 import engine_probe  # noqa: E402
 from series import tree_dir  # noqa: E402
 
-from scaleout.procs import HOST, Server, free_port, http  # noqa: E402
+from scaleout.procs import (  # noqa: E402
+    HOST,
+    Server,
+    free_port,
+    group_pids,
+    http,
+    wait_group_gone,
+)
 from scaleout.tp import EXTENSION, TWO_TIER  # noqa: E402
 
 MODEL_NAME = "tiny-qwen2-vl"
@@ -577,6 +584,11 @@ def run_epd(
         partial_res = post_chat(pd.url, partial_body)
         partial_health, _ = http("GET", pd.url + "/health", timeout=10)
         after_partial = post_chat(pd.url, final_body)
+        # SIGKILLed processes exit asynchronously (a loaded machine takes a
+        # while to tear down a large address space): allow a bounded wait,
+        # and name what is left if anything is.
+        producer_gone = wait_group_gone(enc.pgid, 30.0)
+        producer_left = [_describe_pid(pid) for pid in group_pids(enc.pgid)]
         checks = {
             "missing_item_failed_at_proxy": missing_res["status"] == 502
             and "Encoder request failed" in error_text(missing_res),
@@ -592,7 +604,7 @@ def run_epd(
             and "encoder cache" in error_text(stalled_res).lower(),
             "consumer_healthy": health_status == 200,
             "consumer_serves_after": same_tokens(final_res, want_final),
-            "producer_group_gone": not enc.group_alive(),
+            "producer_group_gone": producer_gone,
             "partial_item_computed_or_failed_clearly": same_tokens(
                 partial_res, want_partial
             )
@@ -613,6 +625,7 @@ def run_epd(
             "inflight": got_inflight,
             "final": final_res,
             "partial_items": partial_items,
+            "producer_left_after_kill": producer_left,
             "partial": partial_res,
             "after_partial": after_partial,
             "checks": checks,
@@ -635,3 +648,15 @@ def run_epd(
         details["leftover_groups"] = [n for n, s in servers.items() if s.group_alive()]
         details["leaked_shm_removed"] = {n: s.leaked_shm for n, s in servers.items()}
         details["shm_seen"] = {n: sorted(s.shm_files) for n, s in servers.items()}
+
+
+def _describe_pid(pid: int) -> str:
+    """`pid state cmdline` of a process, for the report."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} {state} {cmd[:200]}"
