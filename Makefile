@@ -47,7 +47,7 @@ export:
 # The environment: created on demand, once (see tools/setup_venv.sh).
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: tools/setup_venv.sh tools/requirements-extra$(SFX).txt \
-                $(if $(SFX),tools/torchvision_cpu_ops.py tools/vllm_cpu_slot_mapping.py)
+                $(if $(SFX),tools/cpu_import_hook.py tools/torchvision_cpu_ops.py tools/vllm_cpu_slot_mapping.py)
 	$(SERIES) base
 	PYTHON=$(PYTHON) bash tools/setup_venv.sh
 

@@ -112,11 +112,6 @@ class Bench:
         scattered: bool = False,
     ) -> None:
         """One scheduler step's metadata, applied by the worker."""
-        from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
-        from vllm.v1.core.two_tier_encoder_cache_manager import (
-            TwoTierEncoderCacheMetadata,
-        )
-
         # Blocks read by the last step's promotions are free from now on.
         for blocks in self.pending_free:
             self.free_blocks.extend(blocks)
@@ -137,12 +132,17 @@ class Bench:
             self.host_blocks[h] = take
         for h in promote:
             self.pending_free.append(self.host_blocks.pop(h))
-        meta = TwoTierEncoderCacheMetadata(
-            step=self.step,
-            demote=list(demote),
-            promote=list(promote),
-            host_blocks=host_blocks,
+        self.send(demote=list(demote), promote=list(promote), host_blocks=host_blocks)
+
+    def send(self, **ops: Any) -> None:
+        """Hand the worker a step with no requests and this step's metadata
+        (`TwoTierEncoderCacheMetadata` fields), as the runner does."""
+        from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+        from vllm.v1.core.two_tier_encoder_cache_manager import (
+            TwoTierEncoderCacheMetadata,
         )
+
+        meta = TwoTierEncoderCacheMetadata(step=self.step, **ops)
         self.step += 1
         self.worker.process_scheduler_output(
             SchedulerOutput(
@@ -267,30 +267,9 @@ def _overlap(bench: Bench, n: int) -> dict[str, float]:
             bench.worker.get_encoder_output(h)
             bench.device_cache.pop(h)
         # Next step drops the host copies (and frees their blocks here).
-        from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
-        from vllm.v1.core.two_tier_encoder_cache_manager import (
-            TwoTierEncoderCacheMetadata,
-        )
-
         for h in demoted:
             bench.free_blocks.extend(bench.host_blocks.pop(h))
-        bench.worker.process_scheduler_output(
-            SchedulerOutput(
-                scheduled_new_reqs=[],
-                scheduled_cached_reqs=CachedRequestData.make_empty(),
-                num_scheduled_tokens={},
-                total_num_scheduled_tokens=0,
-                scheduled_spec_decode_tokens={},
-                scheduled_encoder_inputs={},
-                num_common_prefix_blocks=[],
-                finished_req_ids=set(),
-                free_encoder_mm_hashes=[],
-                ec_manager_metadata=TwoTierEncoderCacheMetadata(
-                    step=bench.step, drop_host=list(demoted)
-                ),
-            )
-        )
-        bench.step += 1
+        bench.send(drop_host=list(demoted))
 
     gemms(3)  # warm up
     down, up = stage("copy")

@@ -51,6 +51,7 @@ if [ "$VERSION" != 0.22.1 ]; then
   #     torchvision's import needs (tools/torchvision_cpu_ops.py says why).
   "${PIP[@]}" --no-deps torchvision==0.28.0
   SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cp "$ROOT/tools/cpu_import_hook.py" "$SITE/cpu_import_hook.py"  # both hooks use it
   cp "$ROOT/tools/torchvision_cpu_ops.py" "$SITE/torchvision_cpu_ops.py"
   echo 'import torchvision_cpu_ops; torchvision_cpu_ops.install()' > "$SITE/torchvision_cpu_ops.pth"
   "$VENV/bin/python" -c 'import torchvision'

@@ -32,12 +32,10 @@ torchvision C++ op.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
+
+from cpu_import_hook import after_import
 
 _TARGET = "torchvision.extension"
 # Keeps the operator library alive (it is deregistered when collected).
@@ -57,31 +55,11 @@ def define_missing_ops() -> None:
     _LIBRARY = lib
 
 
-class _Finder(MetaPathFinder):
-    """Runs :func:`define_missing_ops` after ``torchvision.extension``."""
-
-    def find_spec(
-        self, fullname: str, path: Any = None, target: Any = None
-    ) -> ModuleSpec | None:
-        if fullname != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_then_define(module: ModuleType) -> None:
-            exec_module(module)
-            if not module._has_ops():
-                define_missing_ops()
-
-        loader.exec_module = exec_then_define  # type: ignore[method-assign]
-        return spec
+def _define_unless_loaded(extension: ModuleType) -> None:
+    if not extension._has_ops():
+        define_missing_ops()
 
 
 def install() -> None:
     """Add the import hook (the ``.pth`` line calls this)."""
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    after_import(_TARGET, _define_unless_loaded)

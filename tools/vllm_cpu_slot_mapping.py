@@ -39,13 +39,11 @@ takes the kernel's parameter names.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
+
+from cpu_import_hook import after_import
 
 _TARGET = "vllm.utils.cpu_triton_utils"
 # ComputeSlotMappingKernel.kernel's parameters (vLLM 0.32.0).
@@ -120,30 +118,7 @@ def fix(module: ModuleType) -> bool:
     return True
 
 
-class _Finder(MetaPathFinder):
-    """Runs :func:`fix` right after ``vllm.utils.cpu_triton_utils`` runs."""
-
-    def find_spec(
-        self, fullname: str, path: Any = None, target: Any = None
-    ) -> ModuleSpec | None:
-        if fullname != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_then_fix(module: ModuleType) -> None:
-            exec_module(module)
-            fix(module)
-
-        loader.exec_module = exec_then_fix  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
-    """Add the import hook (the ``.pth`` line calls this)."""
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    """Add the import hook (the ``.pth`` line calls this): :func:`fix` runs
+    right after ``vllm.utils.cpu_triton_utils`` runs."""
+    after_import(_TARGET, fix)
