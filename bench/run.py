@@ -743,6 +743,11 @@ def _cpu_totals() -> dict[str, float]:
     }
 
 
+def _csv(value: str) -> list[str]:
+    """A comma-separated command-line list (empty items dropped)."""
+    return [x for x in value.split(",") if x]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -766,13 +771,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--families",
-        type=lambda s: [x for x in s.split(",") if x],
+        type=_csv,
         default=None,
         help=f"comma-separated subset of: {', '.join(W.FAMILIES)}",
     )
     ap.add_argument(
         "--policies",
-        type=lambda s: [x for x in s.split(",") if x],
+        type=_csv,
         default=None,
         help="two-tier policies to run (default: lru, score); the tree's default "
         "policy always runs too",
@@ -785,7 +790,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--scenarios",
-        type=lambda s: [x for x in s.split(",") if x],
+        type=_csv,
         default=None,
         help=f"scenarios of the main table (default: all of {', '.join(D.SCENARIOS)})",
     )
