@@ -47,16 +47,26 @@ STARTUP_TIMEOUT_S = 600
 MAX_DEFERRAL_S = 2.0
 
 
+# Where the OpenAI server's shared serving code (``_raise_if_error``) lives:
+# v0.22.1, then v0.32.0.
+SERVING_FILES = (
+    ("entrypoints", "openai", "engine", "serving.py"),
+    ("entrypoints", "generate", "base", "serving.py"),
+)
+
+
 def _has_failure_statuses() -> bool:
     """Whether the tree has the deferral bound and the failure statuses."""
     tree = tree_dir(TREE) / "vllm"
     try:
         config = (tree / "config" / "ec_transfer.py").read_text()
-        serving = (
-            tree / "entrypoints" / "openai" / "engine" / "serving.py"
-        ).read_text()
     except OSError:
         return False
+    serving = ""
+    for parts in SERVING_FILES:
+        path = tree.joinpath(*parts)
+        if path.is_file():
+            serving += path.read_text()
     return "ec_max_deferral_s" in config and "GatewayTimeoutError" in serving
 
 
