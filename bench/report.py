@@ -662,12 +662,18 @@ def _base_same(r: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
+def _base_version(r: dict[str, Any]) -> str:
+    """The vLLM release of the base the report was measured on."""
+    return str(r.get("meta", {}).get("base_version") or "0.22.1")
+
+
 def _base_lines(r: dict[str, Any]) -> list[str]:
     bc = r.get("base_check") or {}
     if not bc:
         return ["(not run)", ""]
     lines = [
-        "Base (pristine v0.22.1) default manager vs the series' default manager, "
+        f"Base (pristine v{_base_version(r)}) default manager vs the series' "
+        "default manager, "
         "same trace (first seed), scenario `default`, 25% of the footprint:",
         "",
         "| family | base hit ratio | series hit ratio | same encoded embeddings |",
@@ -920,7 +926,8 @@ def print_quick_table(r: dict[str, Any], out: Path) -> None:
     same = _base_same(r)
     if same:
         print(
-            f"Base (v0.22.1) vs series, default manager, 25%: same encoder work on "
+            f"Base (v{_base_version(r)}) vs series, default manager, 25%: same "
+            f"encoder work on "
             f"{sum(same.values())}/{len(same)} families"
             + (
                 ""

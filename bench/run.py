@@ -40,6 +40,7 @@ from bench.overhead import measure_overhead  # noqa: E402
 from bench.report import print_quick_table, summarise, targets, write_report  # noqa: E402
 from bench.runner import (  # noqa: E402
     BASE_DIR,
+    BASE_VERSION,
     BENCH_DIR,
     TREE_DIR,
     TreeProcess,
@@ -860,6 +861,7 @@ def main(
             "mode": "quick" if args.quick else "full",
             "seeds": list(range(args.seed, args.seed + args.seeds)),
             "base": args.base,
+            "base_version": BASE_VERSION,
             "tree": args.tree,
             "model": MODEL,
             "cost_model_path": b.cost_path,

@@ -19,6 +19,7 @@ sys.path.pop(0)
 BUILD = ROOT / "build"
 # The selected base's trees and venv (SERIES_BASE; make bench BASE=0.32.0).
 BASE_DIR, TREE_DIR = series.BASE_DIR, series.TREE_DIR
+BASE_VERSION: str = series.BASE_VERSION
 BENCH_DIR = BUILD / f"bench{series.SUFFIX}"
 VENV_PY = series.VENV / "bin" / "python"
 

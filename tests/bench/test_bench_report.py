@@ -31,3 +31,24 @@ def test_targets_without_runs_are_all_na():
     t = R.targets({"meta": {}, "summary": {}})
     assert t and all(x["status"] == "n/a" for x in t)
     assert {x["group"] for x in t} == {"kept", "deferral", "overhead"}
+
+
+def test_base_comparison_names_the_base_it_was_measured_on():
+    run = {"status": "ok", "hit_ratio": 0.5, "encoded_embeds": 10}
+    r = {
+        "meta": {"base_version": "0.32.0"},
+        "base_check": {"chat": {"total": 20, "base": run}},
+        "scenarios": {
+            "default": {
+                "families": {
+                    "chat": {
+                        "seeds": {"0": {"caps": {"25%": {"runs": {"default": run}}}}}
+                    }
+                }
+            }
+        },
+    }
+    assert "pristine v0.32.0" in R._base_lines(r)[0]
+    # Reports written before the field existed were all measured on v0.22.1.
+    del r["meta"]["base_version"]
+    assert "pristine v0.22.1" in R._base_lines(r)[0]
