@@ -209,12 +209,10 @@ def build_overlay(tree_vllm: Path, cuda_vllm: Path, dest: Path) -> Path:
 
 # ------------------------------------------------------- in-worker functions
 def _runner(worker: Any) -> Any:
-    runner = getattr(worker, "model_runner", None)
-    if runner is None and hasattr(worker, "worker"):
-        runner = getattr(worker.worker, "model_runner", None)
-    if runner is None:
-        raise RuntimeError(f"no model_runner on {type(worker).__name__}")
-    return runner
+    # tools/ is on the engine's path (the manager is imported from here).
+    from engine_probe import _runner_of
+
+    return _runner_of(worker)
 
 
 def _is_v2(runner: Any) -> bool:
