@@ -171,6 +171,26 @@ def _target(
     }
 
 
+def _paired(run: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """Mean and 95% CI of ours minus the peer, seed by seed: both replay the
+    same access sequence per seed, so the paired difference is much tighter
+    than the two means' CIs and says whether a gap is more than seed noise."""
+    theirs = peer.get("by_seed", {})
+    return mean_ci(
+        [
+            ours - theirs[seed]
+            for seed, ours in run.get("by_seed", {}).items()
+            if ours is not None and theirs.get(seed) is not None
+        ]
+    )
+
+
+def _fmt_diff(d: dict[str, Any]) -> str:
+    """``-0.036 ± 0.050 (n=5)``."""
+    ci = "" if d["ci95"] is None else f" ± {d['ci95']:.3f}"
+    return f"{d['mean']:+.3f}{ci} (n={d['n']})"
+
+
 def _family_scenarios(r: dict[str, Any]) -> dict[str, str]:
     """family -> the scenario its policy targets are judged in: ``default``,
     unless the family has no reuse there (infinite-cache hit ratio below
@@ -258,6 +278,11 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                 ),
                 default=(None, None),
             )
+            paired = {
+                peer: _paired(run, cs["peers"][peer])
+                for peer in dict.fromkeys((best, "LRU"))
+                if peer in cs["peers"]
+            }
             binds = (
                 cs["bound"]["foo"]["mean"] is not None
                 and cs["bound"]["foo"]["mean"] < inf - 1e-3
@@ -279,6 +304,11 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                         f"; worst seed {worst[1]}: {worst[0]:+.3f} vs {best}"
                         if worst[0] is not None
                         else ""
+                    )
+                    + "".join(
+                        f"; paired ours - {peer} {_fmt_diff(d)}"
+                        for peer, d in paired.items()
+                        if d["mean"] is not None
                     )
                     + (
                         ""

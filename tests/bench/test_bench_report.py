@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import report as R
 
 
@@ -52,3 +54,27 @@ def test_base_comparison_names_the_base_it_was_measured_on():
     # Reports written before the field existed were all measured on v0.22.1.
     del r["meta"]["base_version"]
     assert "pristine v0.22.1" in R._base_lines(r)[0]
+
+
+def test_paired_difference_pairs_seeds_and_ignores_the_unpaired():
+    ours = {"by_seed": {"0": 0.5, "1": 0.6, "2": None, "4": 0.3}}
+    peer = {"by_seed": {"0": 0.4, "1": 0.7, "3": 0.9, "4": None}}
+    d = R._paired(ours, peer)
+    assert d["n"] == 2
+    assert abs(d["mean"]) < 1e-12
+    assert sorted(round(x, 9) for x in d["values"]) == [-0.1, 0.1]
+    assert R._paired({"by_seed": {}}, peer)["mean"] is None
+
+
+def test_paired_difference_is_tighter_than_the_means_when_seeds_differ():
+    # Seeds differ a lot from each other, ours is 0.01 below the peer on each.
+    peer_hits = [0.30, 0.41, 0.42, 0.39, 0.38]
+    peer = {"by_seed": {str(i): h for i, h in enumerate(peer_hits)}}
+    ours = {"by_seed": {str(i): h - 0.01 for i, h in enumerate(peer_hits)}}
+    d = R._paired(ours, peer)
+    assert d["mean"] == pytest.approx(-0.01)
+    assert d["ci95"] == pytest.approx(0.0, abs=1e-9)
+    unpaired = R.mean_ci(peer_hits)["ci95"]
+    assert unpaired > 0.04
+    assert R._fmt_diff(d) == "-0.010 ± 0.000 (n=5)"
+    assert R._fmt_diff(R._paired({"by_seed": {"0": 0.2}}, peer)) == "-0.100 (n=1)"
