@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Why two-tier LRU hits less than one LRU of the same total size.
+
+Replays the access sequence the real two-tier manager (policy ``lru``)
+served, offline, through four hierarchies of the same total capacity:
+
+* ``single``: one LRU of device + host (libCacheSim's LRU peer);
+* ``shared_free``: two exclusive LRU tiers whose host may also use the
+  device tier's free room (no hard split);
+* ``swap_first``: two exclusive LRU tiers with a hard budget each, a
+  promoted entry's host space freed before device room is made;
+* ``manager``: the same in the manager's order: the promoted entry keeps its
+  host space while device room is made (the step's promotion copy reads it),
+  so the host may evict one entry more;
+
+and prints them beside the manager's own hit ratio (``real``), per seed and
+as means. ``single - swap_first`` is the cost of the fixed split,
+``swap_first - manager`` that of the swap order, ``manager - real`` that of
+vLLM's constraints (pinned entries, forced admission).
+
+    python -m bench.tiers --family heavy_chat --scenario pc_off --seeds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+Access = tuple[str, int]
+HIERARCHIES = ("single", "shared_free", "swap_first", "manager")
+
+
+def single_lru_hits(seq: Sequence[Access], capacity: int) -> int:
+    """Embeddings hit by one LRU of ``capacity`` (a miss is always admitted
+    and evicts from the LRU end until it fits)."""
+    cache: OrderedDict[str, int] = OrderedDict()
+    used = hits = 0
+    for key, size in seq:
+        if key in cache:
+            cache.move_to_end(key)
+            hits += size
+            continue
+        cache[key] = size
+        used += size
+        while used > capacity:
+            used -= cache.popitem(last=False)[1]
+    return hits
+
+
+def two_tier_lru_hits(
+    seq: Sequence[Access],
+    device: int,
+    host: int,
+    *,
+    swap_first: bool = True,
+    shared_free: bool = False,
+) -> int:
+    """Embeddings hit by two exclusive LRU tiers: every access moves the
+    item to the device (an item must be on the device to be used), device
+    victims go to the host in LRU order, the host evicts in LRU order.
+
+    ``swap_first=False`` keeps a promoted item's host space until device
+    room is made (the manager's order). ``shared_free=True`` lets the host
+    also use the device's free room (``host`` is then ignored: the host may
+    hold ``device + host`` minus what the device holds)."""
+    if max((size for _, size in seq), default=0) > device:
+        raise ValueError("the device tier must hold the largest item")
+    total = device + host
+    dev: OrderedDict[str, int] = OrderedDict()
+    hst: OrderedDict[str, int] = OrderedDict()
+    dev_used = host_used = hits = 0
+    for key, size in seq:
+        if key in dev:
+            dev.move_to_end(key)
+            hits += size
+            continue
+        promoted = key in hst
+        if promoted:
+            hits += size
+            if swap_first:
+                host_used -= hst.pop(key)
+        while dev_used + size > device:
+            victim, vsize = dev.popitem(last=False)
+            dev_used -= vsize
+            hst[victim] = vsize
+            host_used += vsize
+        if promoted and not swap_first:
+            # The promoted item leaves the host only after the host made
+            # room for the device's victims.
+            limit = total - dev_used - size if shared_free else host
+            for old in list(hst):
+                if host_used <= limit:
+                    break
+                if old != key:
+                    host_used -= hst.pop(old)
+            host_used -= hst.pop(key)
+        dev[key] = size
+        dev_used += size
+        limit = total - dev_used if shared_free else host
+        while host_used > limit:
+            host_used -= hst.popitem(last=False)[1]
+    return hits
+
+
+def replay_hierarchies(
+    seq: Sequence[Access], device: int, host: int
+) -> dict[str, float]:
+    """Hit ratio (embeddings) of each of :data:`HIERARCHIES` on ``seq``."""
+    total = sum(size for _, size in seq)
+    if not total:
+        return {name: 0.0 for name in HIERARCHIES}
+    hits = {
+        "single": single_lru_hits(seq, device + host),
+        "shared_free": two_tier_lru_hits(seq, device, host, shared_free=True),
+        "swap_first": two_tier_lru_hits(seq, device, host),
+        "manager": two_tier_lru_hits(seq, device, host, swap_first=False),
+    }
+    return {name: h / total for name, h in hits.items()}
+
+
+def _seed_row(
+    child: Any,
+    family: str,
+    scenario: str,
+    seed: int,
+    frac: float,
+    tmp: Path,
+    tree: Path,
+) -> dict[str, float]:
+    from bench import deployment as D
+    from bench import workloads as W
+    from bench.run import split
+    from bench.runner import cost_model_path, default_spec
+    from bench.trace import Trace
+
+    path = tmp / f"{family}-s{seed}.jsonl"
+    W.families()[family](seed).save(path)
+    summ = Trace.load(path).summary()
+    sched = D.scenario_sched(scenario, "Qwen/Qwen2-VL-2B-Instruct")
+    cpath = cost_model_path(tree)
+
+    def spec(manager: dict[str, Any], dev: int, host: int) -> dict[str, Any]:
+        return default_spec(
+            path,
+            cost_model_path=cpath,
+            manager=manager,
+            device_embeds=int(dev),
+            host_embeds=int(host),
+            sched=sched,
+        )
+
+    room = max(summ["distinct_embeds"], summ["max_item_embeds"], 1)
+    pilot = child.run(spec({"kind": "default"}, room, 0))
+    footprint = sum(dict((h, s) for h, s in pilot.get("access_seq", [])).values())
+    max_item = summ["max_item_embeds"]
+    total = max(round(frac * footprint), max_item)
+    dev, host = split(total, max_item)
+    res = child.run(
+        spec({"kind": "twotier", "policy": "lru", "via": "config"}, dev, host)
+    )
+    seq = [(h, s) for h, s in res.get("access_seq", [])]
+    row = replay_hierarchies(seq, dev, host)
+    row["real"] = res.get("hit_ratio") or 0.0
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.runner import TREE_DIR, TreeProcess
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", default="heavy_chat")
+    p.add_argument("--scenario", default="pc_off")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--frac", type=float, default=0.25, help="of the footprint")
+    p.add_argument("--tree", type=Path, default=TREE_DIR)
+    a = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpd, TreeProcess("tiers", a.tree) as child:
+        for seed in range(a.seeds):
+            row = _seed_row(
+                child, a.family, a.scenario, seed, a.frac, Path(tmpd), a.tree
+            )
+            rows.append(row)
+            print(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in row.items()))
+    cols = (*HIERARCHIES, "real")
+    means = {c: statistics.fmean(r[c] for r in rows) for c in cols}
+    print(
+        f"{a.family} [{a.scenario}] @{a.frac:.0%}, {a.seeds} seeds, means: "
+        + "  ".join(f"{c} {means[c]:.3f}" for c in cols)
+    )
+    print(
+        f"fixed split {means['single'] - means['swap_first']:.3f}, "
+        f"swap order {means['swap_first'] - means['manager']:.3f}, "
+        f"vLLM's constraints {means['manager'] - means['real']:.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
