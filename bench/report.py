@@ -171,18 +171,21 @@ def _target(
     }
 
 
+def _seed_diffs(run: dict[str, Any], peer: dict[str, Any]) -> dict[str, float]:
+    """Ours minus the peer, seed by seed, over the seeds both have."""
+    theirs = peer.get("by_seed", {})
+    return {
+        seed: ours - theirs[seed]
+        for seed, ours in run.get("by_seed", {}).items()
+        if ours is not None and theirs.get(seed) is not None
+    }
+
+
 def _paired(run: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
     """Mean and 95% CI of ours minus the peer, seed by seed: both replay the
     same access sequence per seed, so the paired difference is much tighter
     than the two means' CIs and says whether a gap is more than seed noise."""
-    theirs = peer.get("by_seed", {})
-    return mean_ci(
-        [
-            ours - theirs[seed]
-            for seed, ours in run.get("by_seed", {}).items()
-            if ours is not None and theirs.get(seed) is not None
-        ]
-    )
+    return mean_ci(list(_seed_diffs(run, peer).values()))
 
 
 def _fmt_diff(d: dict[str, Any]) -> str:
@@ -271,11 +274,7 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             thr = max(bv - T_PEER_MARGIN, lru if lru is not None else 0.0)
             val = run["hit_ratio"]["mean"]
             worst = min(
-                (
-                    (run["by_seed"][s] - cs["peers"][best]["by_seed"][s], s)
-                    for s in run["by_seed"]
-                    if cs["peers"][best]["by_seed"].get(s) is not None
-                ),
+                ((d, s) for s, d in _seed_diffs(run, cs["peers"][best]).items()),
                 default=(None, None),
             )
             paired = {

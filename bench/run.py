@@ -66,6 +66,12 @@ def frac_label(f: float) -> str:
     return f"{round(f * 100):d}%"
 
 
+def total_capacity(frac: float, footprint: int, max_item: int) -> int:
+    """Total capacity at ``frac`` of a workload's footprint, raised to the
+    largest item so that any item fits."""
+    return max(round(frac * footprint), max_item)
+
+
 def split(total: int, max_item: int) -> tuple[int, int]:
     """Device and host tiers of a two-tier cache of ``total`` embeddings at
     device:host = 1:8; the device holds at least the largest item."""
@@ -475,7 +481,7 @@ class Bench:
         )
 
     def _cap_entry(self, se: dict, frac: float, main: bool) -> dict[str, Any]:
-        total = max(round(frac * se["footprint"]), se["max_item"])
+        total = total_capacity(frac, se["footprint"], se["max_item"])
         dev, host = split(total, se["max_item"])
         ce = se["caps"].setdefault(
             frac_label(frac),

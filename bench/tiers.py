@@ -89,19 +89,18 @@ def two_tier_lru_hits(
             dev_used -= vsize
             hst[victim] = vsize
             host_used += vsize
+        dev[key] = size
+        dev_used += size
+        limit = total - dev_used if shared_free else host
         if promoted and not swap_first:
             # The promoted item leaves the host only after the host made
             # room for the device's victims.
-            limit = total - dev_used - size if shared_free else host
             for old in list(hst):
                 if host_used <= limit:
                     break
                 if old != key:
                     host_used -= hst.pop(old)
             host_used -= hst.pop(key)
-        dev[key] = size
-        dev_used += size
-        limit = total - dev_used if shared_free else host
         while host_used > limit:
             host_used -= hst.popitem(last=False)[1]
     return hits
@@ -134,7 +133,7 @@ def _seed_row(
 ) -> dict[str, float]:
     from bench import deployment as D
     from bench import workloads as W
-    from bench.run import split
+    from bench.run import split, total_capacity
     from bench.runner import cost_model_path, default_spec
     from bench.trace import Trace
 
@@ -158,7 +157,7 @@ def _seed_row(
     pilot = child.run(spec({"kind": "default"}, room, 0))
     footprint = sum(dict((h, s) for h, s in pilot.get("access_seq", [])).values())
     max_item = summ["max_item_embeds"]
-    total = max(round(frac * footprint), max_item)
+    total = total_capacity(frac, footprint, max_item)
     dev, host = split(total, max_item)
     res = child.run(
         spec({"kind": "twotier", "policy": "lru", "via": "config"}, dev, host)

@@ -394,7 +394,7 @@ def _child_env(
 def _run_engine(
     env: dict[str, str], model: Path, manager: str | None, workdir: Path, timeout: float
 ) -> dict[str, Any]:
-    from engine_probe import tiny_mm_llm_kwargs
+    from engine_probe import run_child_script, tiny_mm_llm_kwargs
 
     llm_kwargs = tiny_mm_llm_kwargs(model)
     if manager is not None:
@@ -403,15 +403,7 @@ def _run_engine(
     spec, out = workdir / f"{tag}.json", workdir / f"{tag}-result.json"
     spec.write_text(json.dumps({"llm_kwargs": llm_kwargs}))
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(spec), str(out)],
-        env=env,
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-    )
+    proc = run_child_script(Path(__file__), spec, out, env, workdir, timeout)
     if proc.returncode != 0 or not out.exists():
         return {"error": f"rc={proc.returncode}", "log_tail": proc.stdout[-3000:]}
     result = json.loads(out.read_text())

@@ -308,20 +308,8 @@ def run_generate(
         out_path = Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.monotonic()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--child",
-                str(spec_path),
-                str(out_path),
-            ],
-            env=env,
-            cwd=tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
+        proc = run_child_script(
+            Path(__file__), spec_path, out_path, env, Path(tmp), timeout
         )
         wall = time.monotonic() - t0
         if proc.returncode != 0 or not out_path.exists():
@@ -334,6 +322,33 @@ def run_generate(
     result["wall_s"] = wall
     result["log"] = proc.stdout
     return result
+
+
+def run_child_script(
+    script: Path,
+    spec_path: Path,
+    out_path: Path,
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script --child SPEC OUT`` in a fresh interpreter, with stdout
+    and stderr together in ``stdout``; the child writes its JSON to OUT."""
+    return subprocess.run(
+        [
+            sys.executable,
+            str(script.resolve()),
+            "--child",
+            str(spec_path),
+            str(out_path),
+        ],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def make_images(n: int = 4, seed: int = 0) -> list[Any]:
