@@ -16,6 +16,7 @@ TREE    ?= tree
 ARGS    ?=
 FORCE   ?=
 EACH    ?=
+FROM    ?=
 # The bases `make test` runs (BASE=... runs that one only).
 TEST_BASES := $(if $(BASE),$(BASE),0.22.1 0.32.0)
 
@@ -28,7 +29,7 @@ help:
 	@echo "make test      everything CI runs (tooling tests, check, upstream regression, series tests, e2e)"
 	@echo "make tree      materialise build/base and build/tree (FORCE=1 to discard unexported work)"
 	@echo "make export    write patches/ from build/tree (upstream..HEAD)"
-	@echo "make check     series applies, round-trips, has good messages, is ruff-clean (EACH=1: tests per patch)"
+	@echo "make check     series applies, round-trips, has good messages, is ruff-clean (EACH=1: tests per patch, FROM=N: from patch N on)"
 	@echo "make pytest TREE=base|tree ARGS='...'   run pytest inside a tree"
 	@echo "make bench     the full replay benchmark (build/bench/report.md)"
 	@echo "make demo-engine TREE=base|tree   the real engine on CPU with the tiny multimodal model"
@@ -60,7 +61,7 @@ tiny-model: $(VENV)/.stamp
 	$(VPY) tools/make_tiny_mm_model.py
 
 check: $(VENV)/.stamp
-	$(VPY) tools/series.py check $(if $(EACH),--each)
+	$(VPY) tools/series.py check $(if $(EACH),--each) $(if $(FROM),--from $(FROM))
 
 # Runs on build/tree as it stands (uncommitted or unexported work included),
 # with a warning when it differs from patches/; builds it if missing.

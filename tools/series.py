@@ -535,9 +535,16 @@ def worktree_at_upstream(tmp: Path) -> Path:
     return wt
 
 
-def check(each: bool = False) -> None:
+def check(each: bool = False, start: int = 1) -> None:
+    """(a)-(d) on the whole series; with ``each``, also the fast tests at
+    every position from the ``start``-th patch on (1-based; the positions
+    before it are applied, not tested)."""
     patches = series_list()
     errors: list[str] = []
+    if not 1 <= start <= max(1, len(patches)):
+        raise SeriesError(
+            f"check --from {start}: the series has {len(patches)} patch(es)"
+        )
     on_disk = sorted(p.name for p in PATCHES.glob("*.patch"))
     if sorted(patches) != on_disk:
         errors.append(
@@ -567,6 +574,8 @@ def check(each: bool = False) -> None:
             if each and not errors:
                 link_kernels(wt)
                 for i, (rev, _) in enumerate(revs):
+                    if i + 1 < start:
+                        continue
                     git(wt, "checkout", "-q", "--detach", rev)
                     tests = fast_tests(wt, revs[: i + 1])
                     log(f"EACH: {patches[i]}: {len(tests)} test file(s)")
@@ -698,6 +707,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export")
     p = sub.add_parser("check")
     p.add_argument("--each", action="store_true")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        default=1,
+        help="with --each: test from this patch on (1-based)",
+    )
     sub.add_parser("link-kernels")
     sub.add_parser(
         "series-tests", help="run the test files the series adds, on build/tree"
@@ -735,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "export":
             export()
         elif args.cmd == "check":
-            check(each=args.each)
+            check(each=args.each, start=args.start)
         elif args.cmd == "link-kernels":
             for repo in (BASE_DIR, TREE_DIR):
                 if (repo / ".git").exists():

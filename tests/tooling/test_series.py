@@ -209,6 +209,38 @@ def test_check_runs_ruff_on_touched_files(ws):
     assert "F401" in proc.stderr
 
 
+POSITION_TEST = """\
+from pathlib import Path
+
+
+def test_line_1_was_changed():
+    text = (Path(__file__).parent.parent / "vllm" / "core.py").read_text()
+    assert "LINE_1 = 11" in text
+"""
+
+
+def test_check_each_from_tests_only_the_later_positions(ws):
+    # Patch 1 adds a test that only patch 2 makes pass: the series is not
+    # bisectable at 1, which --each reports and --each --from 2 skips.
+    build, patches, run = ws
+    run("tree")
+    tree = build / "tree"
+    (tree / "tests").mkdir()
+    (tree / "tests" / "test_position.py").write_text(POSITION_TEST)
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-s", "-m", "[Core] Add a test\n\nAhead of its fix.")
+    commit_change(tree, "vllm/core.py", "LINE_1 = 1\n", "LINE_1 = 11\n", "[Core] Fix")
+    run("export")
+    proc = run("check", "--each", ok=False)
+    assert "0001-Core-Add-a-test.patch: fast tests fail at this position" in proc.stderr
+    out = run("check", "--each", "--from", "2").stdout
+    assert "EACH: 0002-Core-Fix.patch: 1 test file(s)" in out
+    assert "EACH: 0001" not in out
+    assert "make check: OK" in out
+    proc = run("check", "--each", "--from", "3", ok=False)
+    assert "check --from 3: the series has 2 patch(es)" in proc.stderr
+
+
 # ------------------------------------------------- make pytest on a work tree
 FAKE_TEST = """\
 from pathlib import Path
