@@ -67,6 +67,7 @@ def probe() -> dict[str, Any]:
 
     policies: list[str] = []
     default_policy = None
+    adaptive_rules = 0
     if two_tier:
         try:
             mod = importlib.import_module(TWO_TIER_MODULE)
@@ -74,11 +75,13 @@ def probe() -> dict[str, Any]:
             default_policy = getattr(cfg_cls, "policy", None)
             pol = importlib.import_module("vllm.v1.core.ec_cache_policy")
             policies = sorted(getattr(pol, "POLICIES", {}))
+            adaptive_rules = len(getattr(getattr(pol, "_Duel", None), "RULES", ()))
         except Exception as e:  # reported, the runs that need it fail loudly
             default_policy = f"error: {e!r}"
     return {
         "two_tier_policies": policies,
         "two_tier_default_policy": default_policy,
+        "adaptive_rules": adaptive_rules,
         "ec_manager_config": bool(has_cfg),
         "ec_manager_metadata": "ec_manager_metadata"
         in getattr(SchedulerOutput, "__dataclass_fields__", {}),
@@ -392,6 +395,59 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def hold_adaptive_rule(manager: Any, rule: int) -> None:
+    """Hold the admission rule of a two-tier manager with policy
+    ``adaptive`` at ``_Duel.RULES[rule]`` (0: admit-all) for the whole run,
+    instead of following its duel: the duel's shadows still replay every
+    access, but their verdict is overridden on this manager only (other runs
+    in the same child are untouched). See :mod:`bench.rules`."""
+    duels = {
+        id(d): d
+        for d in (
+            getattr(p, "duel", None) for p in getattr(manager, "policies", {}).values()
+        )
+        if d is not None
+    }
+    if not duels:
+        raise NotAvailable(
+            "adaptive_rule needs a two-tier manager with policy adaptive"
+        )
+    for duel in duels.values():
+        if not 0 <= rule < len(duel.RULES):
+            raise ValueError(
+                f"adaptive_rule {rule}: the duel has {len(duel.RULES)} rules"
+            )
+        follow = duel.access
+        duel.bench_shadow_hits = [0.0] * len(duel.shadows)
+        duel.bench_accessed = 0.0
+
+        def access(
+            key: str, usage: Any, model: Any, _follow: Any = follow, _duel: Any = duel
+        ) -> None:
+            before = [shadow.hits for shadow in _duel.shadows]
+            accessed = _duel.accessed
+            _follow(key, usage, model)
+            # The duel halves its counts now and then; undo that here.
+            scale = 2.0 if _duel.accessed < accessed else 1.0
+            for i, shadow in enumerate(_duel.shadows):
+                _duel.bench_shadow_hits[i] += shadow.hits * scale - before[i]
+            _duel.bench_accessed += usage.num_embeds
+            _duel.choice = rule
+
+        duel.access = access
+        duel.choice = rule
+
+
+def adaptive_shadow_hit_ratios(manager: Any) -> list[float] | None:
+    """Each duel shadow's hit ratio (embeddings, undecayed) over a run that
+    :func:`hold_adaptive_rule` set up; None for any other run."""
+    for policy in getattr(manager, "policies", {}).values():
+        duel = getattr(policy, "duel", None)
+        if duel is not None and getattr(duel, "bench_accessed", 0.0) > 0:
+            return [h / duel.bench_accessed for h in duel.bench_shadow_hits]
+    return None
+
+
 def run(spec: dict[str, Any], feats: dict[str, Any]) -> dict[str, Any]:
     """Replay ``spec["trace"]`` and return the run's metrics (JSON-able)."""
     g = run_iter(spec, feats)
@@ -439,6 +495,8 @@ def run_iter(
         return cost.encoder_seconds(enc_flops(n))
 
     mgr = sched.encoder_cache_manager
+    if spec.get("adaptive_rule") is not None:
+        hold_adaptive_rule(mgr, int(spec["adaptive_rule"]))
     worker = WorkerModel(
         device_capacity=int(getattr(mgr, "cache_size", spec["device_embeds"])),
         host_capacity=int(spec.get("host_embeds", 0))
@@ -583,6 +641,8 @@ def run_iter(
     if len(finish) != n:
         raise RuntimeError(f"only {len(finish)}/{n} requests finished")
     res = _results(spec, built, worker, total, bpe, enc_flops, enc_label)
+    if spec.get("adaptive_rule") is not None:
+        res["shadow_hit_ratios"] = adaptive_shadow_hit_ratios(mgr)
     ttft = [first_token[r] - arrival[r] for r in first_token]
     out_tokens = sum(r.output_tokens for r in reqs)
     makespan = max(finish.values()) - reqs[0].arrival_s if reqs else 0.0

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 Access = tuple[str, int]
 HIERARCHIES = ("single", "shared_free", "swap_first", "manager")
@@ -122,7 +122,7 @@ def replay_hierarchies(
     return {name: h / total for name, h in hits.items()}
 
 
-def _seed_row(
+def binding_setup(
     child: Any,
     family: str,
     scenario: str,
@@ -130,7 +130,12 @@ def _seed_row(
     frac: float,
     tmp: Path,
     tree: Path,
-) -> dict[str, float]:
+) -> tuple[Callable[..., dict[str, Any]], int, int]:
+    """The harness's setup for one seed of ``family`` at ``frac`` of its
+    footprint: ``(spec, device, host)``, where ``spec(manager, **over)`` is
+    a run spec of that trace and scenario at those tier sizes (the footprint
+    is measured as the harness does, with a pilot run of the default manager
+    on an unbounded cache)."""
     from bench import deployment as D
     from bench import workloads as W
     from bench.run import split, total_capacity
@@ -143,7 +148,9 @@ def _seed_row(
     sched = D.scenario_sched(scenario, "Qwen/Qwen2-VL-2B-Instruct")
     cpath = cost_model_path(tree)
 
-    def spec(manager: dict[str, Any], dev: int, host: int) -> dict[str, Any]:
+    def spec(
+        manager: dict[str, Any], dev: int, host: int, **over: Any
+    ) -> dict[str, Any]:
         return default_spec(
             path,
             cost_model_path=cpath,
@@ -151,39 +158,48 @@ def _seed_row(
             device_embeds=int(dev),
             host_embeds=int(host),
             sched=sched,
+            **over,
         )
 
     room = max(summ["distinct_embeds"], summ["max_item_embeds"], 1)
     pilot = child.run(spec({"kind": "default"}, room, 0))
     footprint = sum(dict((h, s) for h, s in pilot.get("access_seq", [])).values())
     max_item = summ["max_item_embeds"]
-    total = total_capacity(frac, footprint, max_item)
-    dev, host = split(total, max_item)
-    res = child.run(
-        spec({"kind": "twotier", "policy": "lru", "via": "config"}, dev, host)
-    )
-    seq = [(h, s) for h, s in res.get("access_seq", [])]
-    row = replay_hierarchies(seq, dev, host)
-    row["real"] = res.get("hit_ratio") or 0.0
-    return row
+    dev, host = split(total_capacity(frac, footprint, max_item), max_item)
+
+    def at_capacity(manager: dict[str, Any], **over: Any) -> dict[str, Any]:
+        return spec(manager, dev, host, **over)
+
+    return at_capacity, dev, host
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench.runner import TREE_DIR, TreeProcess
+def binding_args(p: argparse.ArgumentParser) -> None:
+    """The options that pick a :func:`binding_setup` (also bench.rules')."""
+    from bench.runner import TREE_DIR
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--family", default="heavy_chat")
     p.add_argument("--scenario", default="pc_off")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--frac", type=float, default=0.25, help="of the footprint")
     p.add_argument("--tree", type=Path, default=TREE_DIR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.runner import TreeProcess
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    binding_args(p)
     a = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmpd, TreeProcess("tiers", a.tree) as child:
         for seed in range(a.seeds):
-            row = _seed_row(
+            spec, dev, host = binding_setup(
                 child, a.family, a.scenario, seed, a.frac, Path(tmpd), a.tree
             )
+            res = child.run(spec({"kind": "twotier", "policy": "lru", "via": "config"}))
+            seq = [(h, s) for h, s in res.get("access_seq", [])]
+            row = replay_hierarchies(seq, dev, host)
+            row["real"] = res.get("hit_ratio") or 0.0
             rows.append(row)
             print(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in row.items()))
     cols = (*HIERARCHIES, "real")

@@ -226,3 +226,42 @@ def test_two_tier_reports_copy_traffic(tree_child, tmp_path):
         + res["bytes_demoted_on_host_at_end"]
         >= res["bytes_demoted"]
     )
+
+
+def test_adaptive_rule_held_fixed(tree_child, tmp_path):
+    """bench.rules' runs: `adaptive` with one admission rule held for the
+    whole run instead of following its duel."""
+    n = tree_child.features.get("adaptive_rules", 0)
+    if not n:
+        pytest.skip("this tree's adaptive policy has no duel of rules")
+    path = str(W.families(scale=0.25)["batch_eval"](0).save(tmp_path / "b.jsonl"))
+
+    def run(policy: str, **over):
+        return tree_child.run(
+            default_spec(
+                path,
+                device_embeds=2304,
+                host_embeds=8 * 2304,
+                manager={"kind": "twotier", "policy": policy, "via": "config"},
+                **over,
+            )
+        )
+
+    lru = run("lru")
+    admit_all = run("adaptive", adaptive_rule=0)
+    strictest = run("adaptive", adaptive_rule=n - 1)
+    assert lru["status"] == admit_all["status"] == strictest["status"] == "ok"
+    # Admit-all in LRU order on both tiers is the two-tier LRU, decision for
+    # decision; its shadow is an LRU of the same total capacity.
+    assert admit_all["hit_ratio"] == lru["hit_ratio"]
+    assert admit_all["bytes_demoted"] == lru["bytes_demoted"]
+    assert len(admit_all["shadow_hit_ratios"]) == n
+    assert admit_all["shadow_hit_ratios"][0] == pytest.approx(admit_all["hit_ratio"])
+    # The strictest rule keeps most of a cycled catalogue off the host.
+    assert strictest["bytes_demoted"] < admit_all["bytes_demoted"]
+    assert strictest["hit_ratio"] > admit_all["hit_ratio"]
+    assert "shadow_hit_ratios" not in lru
+    bad = run("adaptive", adaptive_rule=n)
+    assert bad["status"] == "error" and f"the duel has {n} rules" in bad["message"]
+    other = run("lru", adaptive_rule=0)
+    assert other["status"] == "n/a" and "policy adaptive" in other["reason"]
