@@ -209,14 +209,17 @@ def test_check_runs_ruff_on_touched_files(ws):
     assert "F401" in proc.stderr
 
 
-POSITION_TEST = """\
-from pathlib import Path
+def _core_test(name: str, line: str) -> str:
+    """A test file for a fake tree's tests/: passes iff core.py has ``line``."""
+    return (
+        "from pathlib import Path\n\n\n"
+        f"def {name}():\n"
+        '    text = (Path(__file__).parent.parent / "vllm" / "core.py").read_text()\n'
+        f'    assert "{line}" in text\n'
+    )
 
 
-def test_line_1_was_changed():
-    text = (Path(__file__).parent.parent / "vllm" / "core.py").read_text()
-    assert "LINE_1 = 11" in text
-"""
+POSITION_TEST = _core_test("test_line_1_was_changed", "LINE_1 = 11")
 
 
 def test_check_each_from_tests_only_the_later_positions(ws):
@@ -242,14 +245,7 @@ def test_check_each_from_tests_only_the_later_positions(ws):
 
 
 # ------------------------------------------------- make pytest on a work tree
-FAKE_TEST = """\
-from pathlib import Path
-
-
-def test_sees_the_tree_as_it_stands():
-    text = (Path(__file__).parent.parent / "vllm" / "core.py").read_text()
-    assert "LINE_2 = 222" in text
-"""
+FAKE_TEST = _core_test("test_sees_the_tree_as_it_stands", "LINE_2 = 222")
 
 
 def test_tree_as_is_keeps_work_and_warns(ws):
