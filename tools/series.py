@@ -541,6 +541,8 @@ def check(each: bool = False, start: int = 1) -> None:
     before it are applied, not tested)."""
     patches = series_list()
     errors: list[str] = []
+    if start != 1 and not each:
+        raise SeriesError(f"check --from {start} needs --each (make check EACH=1)")
     if not 1 <= start <= max(1, len(patches)):
         raise SeriesError(
             f"check --from {start}: the series has {len(patches)} patch(es)"

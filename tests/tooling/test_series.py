@@ -242,6 +242,9 @@ def test_check_each_from_tests_only_the_later_positions(ws):
     assert "make check: OK" in out
     proc = run("check", "--each", "--from", "3", ok=False)
     assert "check --from 3: the series has 2 patch(es)" in proc.stderr
+    # --from alone would test nothing: refused, not ignored.
+    proc = run("check", "--from", "2", ok=False)
+    assert "check --from 2 needs --each" in proc.stderr
 
 
 # ------------------------------------------------- make pytest on a work tree
