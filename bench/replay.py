@@ -110,7 +110,7 @@ def _metadata_ops(meta: Any) -> list[tuple[str, str]]:
     in execution order, op in ``worker_model.OPS``). Otherwise the two-tier
     metadata (``TwoTierEncoderCacheMetadata``) is read by its field names,
     in the order its docstring gives the workers: ``clear_host``,
-    ``drop_host``, ``drop_device``, ``demote``, ``promote``."""
+    ``drop_host``, ``drop_device``, ``promote``, ``demote``."""
     if meta is None:
         return []
     if hasattr(meta, "bench_ops"):
@@ -122,7 +122,7 @@ def _metadata_ops(meta: Any) -> list[tuple[str, str]]:
     ops: list[tuple[str, str]] = []
     if getattr(meta, "clear_host", False):
         ops.append(("clear_host", ""))
-    for op in ("drop_host", "drop_device", "demote", "promote"):
+    for op in ("drop_host", "drop_device", "promote", "demote"):
         for h in getattr(meta, op, None) or ():
             ops.append((op, h))
     return ops

@@ -8,15 +8,17 @@ served, offline, through four hierarchies of the same total capacity:
 * ``shared_free``: two exclusive LRU tiers whose host may also use the
   device tier's free room (no hard split);
 * ``swap_first``: two exclusive LRU tiers with a hard budget each, a
-  promoted entry's host space freed before device room is made;
-* ``manager``: the same in the manager's order: the promoted entry keeps its
-  host space while device room is made (the step's promotion copy reads it),
-  so the host may evict one entry more;
+  promoted entry's host space freed before device room is made (the
+  manager's order, which swaps a promoted entry with what it displaces);
+* ``held``: the same, but the promoted entry keeps its host space while
+  device room is made, so the host may evict one entry more (the order of a
+  manager whose host region tensor-parallel ranks share, which holds a
+  promotion's blocks to the end of the step);
 
 and prints them beside the manager's own hit ratio (``real``), per seed and
 as means. ``single - swap_first`` is the cost of the fixed split,
-``swap_first - manager`` that of the swap order, ``manager - real`` that of
-vLLM's constraints (pinned entries, forced admission).
+``swap_first - held`` that of holding a promotion's blocks, ``swap_first -
+real`` that of vLLM's constraints (pinned entries, forced admission).
 
     python -m bench.tiers --family heavy_chat --scenario pc_off --seeds 5
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 Access = tuple[str, int]
-HIERARCHIES = ("single", "shared_free", "swap_first", "manager")
+HIERARCHIES = ("single", "shared_free", "swap_first", "held")
 
 
 def single_lru_hits(seq: Sequence[Access], capacity: int) -> int:
@@ -65,7 +67,7 @@ def two_tier_lru_hits(
     victims go to the host in LRU order, the host evicts in LRU order.
 
     ``swap_first=False`` keeps a promoted item's host space until device
-    room is made (the manager's order). ``shared_free=True`` lets the host
+    room is made (``held``). ``shared_free=True`` lets the host
     also use the device's free room (``host`` is then ignored: the host may
     hold ``device + host`` minus what the device holds)."""
     if max((size for _, size in seq), default=0) > device:
@@ -117,7 +119,7 @@ def replay_hierarchies(
         "single": single_lru_hits(seq, device + host),
         "shared_free": two_tier_lru_hits(seq, device, host, shared_free=True),
         "swap_first": two_tier_lru_hits(seq, device, host),
-        "manager": two_tier_lru_hits(seq, device, host, swap_first=False),
+        "held": two_tier_lru_hits(seq, device, host, swap_first=False),
     }
     return {name: h / total for name, h in hits.items()}
 
@@ -210,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"fixed split {means['single'] - means['swap_first']:.3f}, "
-        f"swap order {means['swap_first'] - means['manager']:.3f}, "
-        f"vLLM's constraints {means['manager'] - means['real']:.3f}"
+        f"held promotion blocks {means['swap_first'] - means['held']:.3f}, "
+        f"vLLM's constraints {means['swap_first'] - means['real']:.3f}"
     )
     return 0
 

@@ -6,8 +6,8 @@ sizes instead of tensors, in the runner's order:
 
 1. drop finished requests' state;
 2. free ``free_encoder_mm_hashes`` from the device dict;
-3. apply the manager metadata's operations in order (two-tier: demote,
-   promote, drop from device/host), see :data:`OPS`;
+3. apply the manager metadata's operations in order (two-tier: drop from
+   host/device, promote, demote), see :data:`OPS`;
 4. register new requests / update computed-token counts;
 5. insert EC connector loads, then run the encoder for
    ``scheduled_encoder_inputs`` (store on the device);

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from bench.tiers import replay_hierarchies, single_lru_hits, two_tier_lru_hits
 
 
-def test_manager_order_evicts_one_entry_more_on_a_swap():
+def test_held_promotion_blocks_evict_one_entry_more_on_a_swap():
     # Device and host hold one item each; A and B alternate.
     seq = [("A", 1), ("B", 1), ("A", 1), ("B", 1)]
     assert single_lru_hits(seq, 2) == 2
@@ -29,7 +29,7 @@ def test_fixed_split_loses_the_device_free_room():
     assert two_tier_lru_hits(seq, 2, 1, shared_free=True) == 2
     r = replay_hierarchies(seq, 2, 1)
     assert r["single"] == r["shared_free"] == pytest.approx(2 / 6)
-    assert r["swap_first"] == r["manager"] == 0.0
+    assert r["swap_first"] == r["held"] == 0.0
 
 
 def test_device_must_hold_the_largest_item():
@@ -42,7 +42,7 @@ def test_empty_sequence_hits_nothing():
         "single": 0.0,
         "shared_free": 0.0,
         "swap_first": 0.0,
-        "manager": 0.0,
+        "held": 0.0,
     }
 
 
