@@ -30,6 +30,29 @@ def test_fixed_split_loses_the_device_free_room():
     r = replay_hierarchies(seq, 2, 1)
     assert r["single"] == r["shared_free"] == pytest.approx(2 / 6)
     assert r["swap_first"] == r["held"] == 0.0
+    # Whole items cannot straddle the two memories: X fits neither the host
+    # (1) nor the device's free embedding, so parking cannot keep it.
+    assert r["parked"] == 0.0
+
+
+def test_parking_keeps_a_host_victim_in_the_device_spare_room():
+    # Device 2, host 1. Z's demotion of X leaves one device embedding free;
+    # the host evicts Y (its oldest) to take X, then X itself, which does
+    # not fit there. Y is parked in the device's free embedding and hits.
+    seq = [("Y", 1), ("X", 2), ("Z", 1), ("Y", 1)]
+    assert two_tier_lru_hits(seq, 2, 1) == 0
+    assert two_tier_lru_hits(seq, 2, 1, park=True) == 1
+    # One LRU of 3 keeps X and Z instead, and misses Y.
+    assert single_lru_hits(seq, 3) == 0
+
+
+def test_parked_items_go_first_when_the_device_needs_room():
+    # As above, but W (1) needs the device's free embedding before Y comes
+    # back: the parked Y is dropped (it is older than everything cached), so
+    # Y misses; Z, demoted to make room for Y, hits on the host. Had Z been
+    # demoted for W instead, Y would hit too.
+    seq = [("Y", 1), ("X", 2), ("Z", 1), ("W", 1), ("Y", 1), ("Z", 1)]
+    assert two_tier_lru_hits(seq, 2, 1, park=True) == 1
 
 
 def test_device_must_hold_the_largest_item():
@@ -41,6 +64,7 @@ def test_empty_sequence_hits_nothing():
     assert replay_hierarchies([], 1, 1) == {
         "single": 0.0,
         "shared_free": 0.0,
+        "parked": 0.0,
         "swap_first": 0.0,
         "held": 0.0,
     }
