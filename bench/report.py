@@ -462,26 +462,27 @@ def _overhead_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             lo = ci["mean"] - (ci["ci95"] or 0.0)
             hi = ci["mean"] + (ci["ci95"] or 0.0)
-            resolved = (
-                ""
-                if (hi <= limit or lo > limit)
-                else "; the 95% CI straddles the threshold (not resolved)"
-            )
+            resolved = hi <= limit or lo > limit
             aa = setups.get("base/default A/A", {}).get("cpu_ratio")
             noise = f"; A/A control (base vs base) {fmt_ci(aa)}" if aa else ""
-            out.append(
-                _target(
-                    "overhead",
-                    name,
-                    ci["mean"],
-                    limit,
-                    "pass" if ci["mean"] <= limit else "fail",
-                    f"per-round ratio {fmt_ci(ci)} over {len(ci['values'])} rounds{noise} "
-                    f"({s['steps']} steps, median {s['cpu_median_us']:.0f} µs CPU/step, "
-                    f"up to {s['max_running']} running); wall-time ratio {fmt_ci(s.get('wall_ratio'))}"
-                    + resolved,
-                )
+            target = _target(
+                "overhead",
+                name,
+                ci["mean"],
+                limit,
+                "pass" if ci["mean"] <= limit else "fail",
+                f"per-round ratio {fmt_ci(ci)} over {len(ci['values'])} rounds{noise} "
+                f"({s['steps']} steps, median {s['cpu_median_us']:.0f} µs CPU/step, "
+                f"up to {s['max_running']} running); wall-time ratio {fmt_ci(s.get('wall_ratio'))}"
+                + (
+                    ""
+                    if resolved
+                    else "; the 95% CI straddles the threshold (not resolved)"
+                ),
             )
+            target["ci95"] = ci["ci95"]
+            target["resolved"] = resolved
+            out.append(target)
     return out
 
 
@@ -980,11 +981,22 @@ def print_quick_table(r: dict[str, Any], out: Path) -> None:
             )
     print()
     for t in r.get("targets", []):
-        print(
-            f"  [{t['status']:>4}] {t['name']}: {_f(t['value'])} (threshold {_f(t['threshold'])})"
-        )
+        print(target_line(t))
     print()
     print(f"Full report: {out / 'report.md'} (+ report.json, plots *.png, traces/)")
+
+
+def target_line(t: dict[str, Any]) -> str:
+    """One target as the demo prints it. A target whose 95% CI straddles
+    its threshold says so: a quick run's few rounds cannot resolve it."""
+    value = _f(t["value"])
+    unresolved = t.get("resolved") is False
+    if unresolved:
+        value += f" ± {t['ci95']:.3f}"
+    line = f"  [{t['status']:>4}] {t['name']}: {value} (threshold {_f(t['threshold'])})"
+    if unresolved:
+        line += "; the 95% CI straddles the threshold: not resolved by this run"
+    return line
 
 
 # ------------------------------------------------------------------- plots

@@ -78,3 +78,38 @@ def test_paired_difference_is_tighter_than_the_means_when_seeds_differ():
     assert unpaired > 0.04
     assert R._fmt_diff(d) == "-0.010 ± 0.000 (n=5)"
     assert R._fmt_diff(R._paired({"by_seed": {"0": 0.2}}, peer)) == "-0.100 (n=1)"
+
+
+def _overhead(mean: float, ci95: float) -> dict:
+    setup = {
+        "cpu_ratio": {"mean": mean, "ci95": ci95, "values": [mean] * 3},
+        "wall_ratio": {"mean": mean, "ci95": ci95, "values": [mean] * 3},
+        "steps": 300,
+        "cpu_median_us": 40.0,
+        "max_running": 16,
+    }
+    return {"light": {"setups": {"series/default": setup}}}
+
+
+def test_overhead_target_whose_ci_straddles_the_threshold_says_so():
+    # 1.02 +- 0.03 against 1.01: judged on the mean (fail), but unresolved.
+    (t,) = [
+        x
+        for x in R._overhead_targets({"overhead": _overhead(1.02, 0.03)})
+        if x["value"] is not None
+    ]
+    assert t["status"] == "fail" and t["resolved"] is False
+    line = R.target_line(t)
+    assert "1.02" in line and "± 0.030" in line and "not resolved" in line
+
+
+def test_resolved_overhead_target_prints_plainly():
+    (t,) = [
+        x
+        for x in R._overhead_targets({"overhead": _overhead(0.95, 0.01)})
+        if x["value"] is not None
+    ]
+    assert t["status"] == "pass" and t["resolved"] is True
+    assert "not resolved" not in R.target_line(t)
+    na = R._overhead_targets({})[0]
+    assert na["status"] == "n/a" and "not resolved" not in R.target_line(na)
