@@ -87,6 +87,9 @@ def two_tier_lru_hits(
     hit."""
     if max((size for _, size in seq), default=0) > device:
         raise ValueError("the device tier must hold the largest item")
+    if park and not swap_first:
+        # A parked victim's host blocks take the demotions of the same step.
+        raise ValueError("park=True needs swap_first=True")
     total = device + host
     dev: OrderedDict[str, int] = OrderedDict()
     hst: OrderedDict[str, int] = OrderedDict()

@@ -60,6 +60,11 @@ def test_device_must_hold_the_largest_item():
         two_tier_lru_hits([("A", 3)], 2, 10)
 
 
+def test_parking_needs_the_swap_order():
+    with pytest.raises(ValueError, match="swap_first"):
+        two_tier_lru_hits([("A", 1)], 2, 1, swap_first=False, park=True)
+
+
 def test_empty_sequence_hits_nothing():
     assert replay_hierarchies([], 1, 1) == {
         "single": 0.0,
