@@ -2,7 +2,7 @@
 """Why two-tier LRU hits less than one LRU of the same total size.
 
 Replays the access sequence the real two-tier manager (policy ``lru``)
-served, offline, through four hierarchies of the same total capacity:
+served, offline, through five hierarchies of the same total capacity:
 
 * ``single``: one LRU of device + host (libCacheSim's LRU peer);
 * ``shared_free``: two exclusive LRU tiers whose host may also use the
@@ -87,9 +87,10 @@ def two_tier_lru_hits(
     hit."""
     if max((size for _, size in seq), default=0) > device:
         raise ValueError("the device tier must hold the largest item")
-    if park and not swap_first:
-        # A parked victim's host blocks take the demotions of the same step.
-        raise ValueError("park=True needs swap_first=True")
+    if park and (shared_free or not swap_first):
+        # A parked victim's host blocks take the demotions of the same step,
+        # and parking is the realizable form of sharing the free room.
+        raise ValueError("park=True needs swap_first=True and shared_free=False")
     total = device + host
     dev: OrderedDict[str, int] = OrderedDict()
     hst: OrderedDict[str, int] = OrderedDict()

@@ -63,6 +63,8 @@ def test_device_must_hold_the_largest_item():
 def test_parking_needs_the_swap_order():
     with pytest.raises(ValueError, match="swap_first"):
         two_tier_lru_hits([("A", 1)], 2, 1, swap_first=False, park=True)
+    with pytest.raises(ValueError, match="shared_free"):
+        two_tier_lru_hits([("A", 1)], 2, 1, shared_free=True, park=True)
 
 
 def test_empty_sequence_hits_nothing():
