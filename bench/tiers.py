@@ -7,9 +7,11 @@ served, offline, through five hierarchies of the same total capacity:
 * ``single``: one LRU of device + host (libCacheSim's LRU peer);
 * ``shared_free``: two exclusive LRU tiers whose host may also use the
   device tier's free room (no hard split). The two memories are pooled, so
-  an item may straddle them: a bound, which no placement of whole entries
-  reaches;
-* ``parked``: the realizable version: ``swap_first``, but a host victim
+  an item may straddle them, which a manager reaches by keeping the blocks
+  of a demoted entry that the host cannot take on the device and moving
+  them to the host when the device needs the room back; no placement of
+  whole entries does;
+* ``parked``: the whole-entry version: ``swap_first``, but a host victim
   of a demotion is kept whole in the room the demotion made on the device
   beyond the new item's need (copied back there), and is the first to go
   when the device needs room again;
