@@ -103,28 +103,35 @@ class Built:
     drain_metadata: bool = False
 
 
-def _metadata_ops(meta: Any) -> list[tuple[str, str]]:
+def _metadata_ops(meta: Any) -> list[tuple[Any, ...]]:
     """Translate manager metadata into worker-model operations.
 
     A metadata object may provide ``bench_ops()`` (a list of (op, mm_hash)
     in execution order, op in ``worker_model.OPS``). Otherwise the two-tier
     metadata (``TwoTierEncoderCacheMetadata``) is read by its field names,
     in the order its docstring gives the workers: ``clear_host``,
-    ``drop_host``, ``drop_device``, ``promote``, ``demote``."""
+    ``drop_host``, ``drop_device``, ``promote``, ``demote`` (``demote_split``
+    with its size when the entry keeps a tail on the device, ``device_tail``),
+    then ``move_tail`` (with its number of blocks) for ``tail_blocks``."""
     if meta is None:
         return []
     if hasattr(meta, "bench_ops"):
         ops = list(meta.bench_ops())
-        for op, _ in ops:
+        for op, *_ in ops:
             if op not in OPS:
                 raise ValueError(f"unknown metadata op {op!r}")
         return ops
-    ops: list[tuple[str, str]] = []
+    ops: list[tuple[Any, ...]] = []
     if getattr(meta, "clear_host", False):
         ops.append(("clear_host", ""))
-    for op in ("drop_host", "drop_device", "promote", "demote"):
+    for op in ("drop_host", "drop_device", "promote"):
         for h in getattr(meta, op, None) or ():
             ops.append((op, h))
+    tails = getattr(meta, "device_tail", None) or {}
+    for h in getattr(meta, "demote", None) or ():
+        ops.append(("demote_split", h, tails[h]) if h in tails else ("demote", h))
+    for h, blocks in (getattr(meta, "tail_blocks", None) or {}).items():
+        ops.append(("move_tail", h, len(blocks)))
     return ops
 
 
@@ -504,6 +511,7 @@ def run_iter(
         else 0,
         encoder_seconds=enc_seconds,
         strict_budget=spec.get("strict_budget", True),
+        host_block_embeddings=int(getattr(mgr, "host_block_embeddings", 1)),
     )
     block_hasher = None
     if spec["sched"]["enable_prefix_caching"]:

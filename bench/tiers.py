@@ -7,10 +7,10 @@ served, offline, through five hierarchies of the same total capacity:
 * ``single``: one LRU of device + host (libCacheSim's LRU peer);
 * ``shared_free``: two exclusive LRU tiers whose host may also use the
   device tier's free room (no hard split). The two memories are pooled, so
-  an item may straddle them, which a manager reaches by keeping the blocks
-  of a demoted entry that the host cannot take on the device and moving
-  them to the host when the device needs the room back; no placement of
-  whole entries does;
+  an item may straddle them, as in the series' manager: a demoted entry
+  keeps what the host's free blocks cannot take (its tail) in the device's
+  spare room, and the tail moves to the host when the device needs the
+  room back; no placement of whole entries does this;
 * ``parked``: the whole-entry version: ``swap_first``, but a host victim
   of a demotion is kept whole in the room the demotion made on the device
   beyond the new item's need (copied back there), and is the first to go
@@ -24,11 +24,12 @@ served, offline, through five hierarchies of the same total capacity:
   promotion's blocks to the end of the step);
 
 and prints them beside the manager's own hit ratio (``real``), per seed and
-as means. ``single - swap_first`` is the cost of the fixed split (of which
+as means. ``single - swap_first`` is the cost of a fixed split (of which
 ``parked - swap_first`` is what copying host victims into the device's
 spare room would recover), ``swap_first - held`` that of holding a
-promotion's blocks, ``swap_first - real`` that of vLLM's constraints
-(pinned entries, forced admission).
+promotion's blocks, ``shared_free - real`` that of vLLM's constraints
+(pinned entries, forced admission), since the manager's tails share the
+free room as ``shared_free`` does.
 
     python -m bench.tiers --family heavy_chat --scenario pc_off --seeds 5
 """
@@ -91,7 +92,7 @@ def two_tier_lru_hits(
         raise ValueError("the device tier must hold the largest item")
     if park and (shared_free or not swap_first):
         # A parked victim's host blocks take the demotions of the same step,
-        # and parking is the realizable form of sharing the free room.
+        # and parking is the whole-entry form of sharing the free room.
         raise ValueError("park=True needs swap_first=True and shared_free=False")
     total = device + host
     dev: OrderedDict[str, int] = OrderedDict()
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         f"fixed split {means['single'] - means['swap_first']:.3f} "
         f"(parking recovers {means['parked'] - means['swap_first']:.3f}), "
         f"held promotion blocks {means['swap_first'] - means['held']:.3f}, "
-        f"vLLM's constraints {means['swap_first'] - means['real']:.3f}"
+        f"vLLM's constraints {means['shared_free'] - means['real']:.3f}"
     )
     return 0
 

@@ -33,10 +33,16 @@ from typing import Callable
 #: Metadata operations the model understands, applied in list order.
 #: ``promote`` moves host -> device; ``promote_copy`` copies (host keeps it);
 #: ``demote`` moves device -> host; ``demote_copy`` copies (device keeps it);
-#: ``clear_host`` empties the host tier (cache reset).
+#: ``("demote_split", h, tail)`` moves all but ``tail`` embeddings, which stay
+#: in device memory (in the device budget) until ``("move_tail", h, blocks)``
+#: moves them (or as much of their front as ``blocks`` host blocks hold) to
+#: the host; a promotion takes both parts; ``clear_host`` empties the host
+#: tier (cache reset).
 OPS = (
     "demote",
     "demote_copy",
+    "demote_split",
+    "move_tail",
     "promote",
     "promote_copy",
     "drop_device",
@@ -73,7 +79,7 @@ class StepInput:
     num_scheduled: dict[str, int] = field(default_factory=dict)
     encoder_inputs: dict[str, list[int]] = field(default_factory=dict)
     free_hashes: list[str] = field(default_factory=list)
-    manager_ops: list[tuple[str, str]] = field(default_factory=list)
+    manager_ops: list[tuple] = field(default_factory=list)
     connector_loads: list[str] = field(default_factory=list)
 
 
@@ -115,13 +121,17 @@ class WorkerModel:
         encoder_seconds: Callable[[int], float] | None = None,
         strict_budget: bool = True,
         history: int = 8,
+        host_block_embeddings: int = 1,
     ) -> None:
         self.device_capacity = device_capacity
         self.host_capacity = host_capacity
         self.strict_budget = strict_budget
+        self.host_block_embeddings = host_block_embeddings
         self.encoder_seconds = encoder_seconds or (lambda n: 0.0)
         self.device: dict[str, int] = {}
         self.host: dict[str, int] = {}
+        #: embeds of host entries held in device memory
+        self.tails: dict[str, int] = {}
         self.reqs: dict[str, _Req] = {}
         #: (hash, embeds, kind) per access; kind in miss/device/host/external
         self.accesses: list[tuple[str, int, str]] = []
@@ -144,8 +154,30 @@ class WorkerModel:
             f"\n  recent steps:\n    {hist}"
         )
 
-    def _apply_op(self, step: int, op: str, h: str, st: StepStats) -> str | None:
-        if op in ("demote", "demote_copy"):
+    def _apply_op(
+        self, step: int, op: str, h: str, st: StepStats, arg: int = 0
+    ) -> str | None:
+        if op == "demote_split":
+            if h not in self.device:
+                self._fail(step, f"metadata demotes {h!r}, which is not on the device")
+            self.host[h] = self.device.pop(h) - arg
+            self.tails[h] = arg
+            st.d2h_embeds += self.host[h]
+            st.copies += 1
+            self.pending_demotions[h] = self.host[h]
+        elif op == "move_tail":
+            if h not in self.tails:
+                self._fail(step, f"metadata moves the tail of {h!r}, which has none")
+            moved = min(self.tails[h], arg * self.host_block_embeddings)
+            self.tails[h] -= moved
+            if not self.tails[h]:
+                del self.tails[h]
+            self.host[h] += moved
+            st.d2h_embeds += moved
+            st.copies += 1
+            if h in self.pending_demotions:
+                self.pending_demotions[h] += moved
+        elif op in ("demote", "demote_copy"):
             if h not in self.device:
                 self._fail(step, f"metadata demotes {h!r}, which is not on the device")
             self.host[h] = self.device[h] if op == "demote_copy" else self.device.pop(h)
@@ -157,6 +189,7 @@ class WorkerModel:
                 self._fail(step, f"metadata promotes {h!r}, which is not on the host")
             self.device[h] = self.host[h] if op == "promote_copy" else self.host.pop(h)
             st.h2d_embeds += self.device[h]
+            self.device[h] += self.tails.pop(h, 0)
             st.copies += 1
             self.pending_demotions.pop(h, None)
             return h
@@ -167,7 +200,9 @@ class WorkerModel:
             for gone in self.host:
                 self._host_dropped(gone)
             self.host.clear()
+            self.tails.clear()
         elif op == "drop_host":
+            self.tails.pop(h, None)
             if self.host.pop(h, None) is None:
                 self.noop_frees += 1
             else:
@@ -191,8 +226,8 @@ class WorkerModel:
             if self.device.pop(h, None) is None:
                 self.noop_frees += 1
         promoted: set[str] = set()
-        for op, h in si.manager_ops:
-            p = self._apply_op(s, op, h, st)
+        for op, h, *arg in si.manager_ops:
+            p = self._apply_op(s, op, h, st, *arg)
             if p is not None:
                 promoted.add(p)
         for rid in si.preempted:
@@ -261,7 +296,7 @@ class WorkerModel:
                     kind = "device"
                 attributed.add(f.hash)
                 self.accesses.append((f.hash, f.embeds, kind))
-        dev = sum(self.device.values())
+        dev = sum(self.device.values()) + sum(self.tails.values())
         host = sum(self.host.values())
         self.max_device = max(self.max_device, dev)
         self.max_host = max(self.max_host, host)

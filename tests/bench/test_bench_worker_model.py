@@ -121,3 +121,70 @@ def test_copy_ops_keep_the_source_and_resolve_demotions():
     assert "x" in w.device and "x" in w.host and not w.pending_demotions
     w.step(StepInput(step=3, manager_ops=[("drop_host", "x")]))
     assert w.wasted_demotion_embeds == 0  # it paid off once
+
+
+def test_a_demoted_entrys_tail_stays_on_the_device_until_moved():
+    """("demote_split", h, tail) leaves `tail` embeddings in device memory;
+    ("move_tail", h, blocks) moves as much of it as the blocks hold; a
+    promotion takes both parts and copies only what was on the host."""
+    w = WorkerModel(device_capacity=200, host_capacity=200, host_block_embeddings=32)
+    _first_step(w)
+    st = w.step(StepInput(step=1, manager_ops=[("demote_split", "x", 36)]))
+    assert w.host["x"] == 64 and w.tails == {"x": 36} and st.d2h_embeds == 64
+    st = w.step(StepInput(step=2, manager_ops=[("move_tail", "x", 1)]))
+    assert w.host["x"] == 96 and w.tails == {"x": 4} and st.d2h_embeds == 32
+    st = w.step(
+        StepInput(
+            step=3,
+            manager_ops=[("promote", "x")],
+            new_reqs=[("b", [X], 0, 150)],
+            num_scheduled={"b": 150},
+        )
+    )
+    assert st.h2d_embeds == 96 and w.device["x"] == 100 and w.tails == {}
+    assert w.accesses[-1][2] == "host"
+    with pytest.raises(WorkerModelError, match="moves the tail of 'y'"):
+        w.step(StepInput(step=4, manager_ops=[("move_tail", "y", 1)]))
+
+
+def test_tails_count_in_the_device_budget():
+    z = Feature("z", offset=10, length=50, embeds=50)
+    w = WorkerModel(device_capacity=150, host_capacity=200)
+    _first_step(w)
+    w.step(StepInput(step=1, manager_ops=[("demote_split", "x", 100)]))
+    with pytest.raises(WorkerModelError, match="device tier holds 200"):
+        w.step(
+            StepInput(
+                step=2,
+                new_reqs=[("c", [z], 0, 100)],
+                num_scheduled={"c": 100},
+                encoder_inputs={"c": [0]},
+            )
+        )
+
+
+def test_two_tier_metadata_becomes_worker_model_ops():
+    """The replay reads the metadata's lists in the order the workers apply
+    them; a demotion that keeps a tail carries its size, a tail move its
+    number of blocks."""
+    from types import SimpleNamespace
+
+    from bench.replay import _metadata_ops
+
+    meta = SimpleNamespace(
+        clear_host=False,
+        drop_host=["a"],
+        drop_device=["f"],
+        promote=["b"],
+        demote=["c", "d"],
+        device_tail={"d": 5},
+        tail_blocks={"e": [7, 2]},
+    )
+    assert _metadata_ops(meta) == [
+        ("drop_host", "a"),
+        ("drop_device", "f"),
+        ("promote", "b"),
+        ("demote", "c"),
+        ("demote_split", "d", 5),
+        ("move_tail", "e", 2),
+    ]
