@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Callable
+from typing import Any, Callable
 
 #: Metadata operations the model understands, applied in list order.
 #: ``promote`` moves host -> device; ``promote_copy`` copies (host keeps it);
@@ -79,7 +79,7 @@ class StepInput:
     num_scheduled: dict[str, int] = field(default_factory=dict)
     encoder_inputs: dict[str, list[int]] = field(default_factory=dict)
     free_hashes: list[str] = field(default_factory=list)
-    manager_ops: list[tuple] = field(default_factory=list)
+    manager_ops: list[tuple[Any, ...]] = field(default_factory=list)
     connector_loads: list[str] = field(default_factory=list)
 
 
@@ -157,11 +157,14 @@ class WorkerModel:
     def _apply_op(
         self, step: int, op: str, h: str, st: StepStats, arg: int = 0
     ) -> str | None:
-        if op == "demote_split":
+        if op in ("demote", "demote_copy", "demote_split"):
             if h not in self.device:
                 self._fail(step, f"metadata demotes {h!r}, which is not on the device")
-            self.host[h] = self.device.pop(h) - arg
-            self.tails[h] = arg
+            self.host[h] = self.device[h] if op == "demote_copy" else self.device.pop(h)
+            if op == "demote_split":
+                # `arg` embeddings (its tail) stay in device memory.
+                self.host[h] -= arg
+                self.tails[h] = arg
             st.d2h_embeds += self.host[h]
             st.copies += 1
             self.pending_demotions[h] = self.host[h]
@@ -177,13 +180,6 @@ class WorkerModel:
             st.copies += 1
             if h in self.pending_demotions:
                 self.pending_demotions[h] += moved
-        elif op in ("demote", "demote_copy"):
-            if h not in self.device:
-                self._fail(step, f"metadata demotes {h!r}, which is not on the device")
-            self.host[h] = self.device[h] if op == "demote_copy" else self.device.pop(h)
-            st.d2h_embeds += self.host[h]
-            st.copies += 1
-            self.pending_demotions[h] = self.host[h]
         elif op in ("promote", "promote_copy"):
             if h not in self.host:
                 self._fail(step, f"metadata promotes {h!r}, which is not on the host")
