@@ -755,6 +755,7 @@ def _results(
         "bytes_demoted": total.d2h_embeds * bpe,
         "bytes_promoted": total.h2d_embeds * bpe,
         "bytes_wasted_demotion": worker.wasted_demotion_embeds * bpe,
+        "bytes_wasted_after_last_use": worker.wasted_after_last_use() * bpe,
         "bytes_demoted_on_host_at_end": pending * bpe,
         "wasted_demotion_share": _ratio(
             worker.wasted_demotion_embeds, total.d2h_embeds

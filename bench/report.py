@@ -34,6 +34,7 @@ RUN_METRICS = (
     "bytes_demoted",
     "bytes_promoted",
     "bytes_wasted_demotion",
+    "bytes_wasted_after_last_use",
     "bytes_demoted_on_host_at_end",
     "ttft_p50_s",
     "throughput_tok_s",
@@ -102,6 +103,14 @@ def summarise(r: dict[str, Any]) -> dict[str, Any]:
                     }
                     m["wasted_share"] = _share(
                         sum(x["bytes_wasted_demotion"] for _, x in per if _ok(x)),
+                        sum(x["bytes_demoted"] for _, x in per if _ok(x)),
+                    )
+                    m["wasted_after_last_use_share"] = _share(
+                        sum(
+                            x.get("bytes_wasted_after_last_use") or 0
+                            for _, x in per
+                            if _ok(x)
+                        ),
                         sum(x["bytes_demoted"] for _, x in per if _ok(x)),
                     )
                     m["failed_seeds"] = [s for s, x in per if not _ok(x)]
@@ -238,7 +247,7 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     for fam, scen in _family_scenarios(r).items():
         caps = r["summary"][scen][fam]
         where = "" if scen == _judged_scenario(r) else f" [{scen}]"
-        wasted_num = wasted_den = 0.0
+        wasted_num = wasted_den = wasted_last = 0.0
         for ck, cs in caps.items():
             if not cs["main"]:
                 continue
@@ -248,6 +257,7 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             if run.get("status") in ("ok", "partial"):
                 wasted_num += sum(run["bytes_wasted_demotion"]["values"])
                 wasted_den += sum(run["bytes_demoted"]["values"])
+                wasted_last += sum(run["bytes_wasted_after_last_use"]["values"])
             if inf is not None and inf < NO_REUSE:
                 out.append(
                     _target(
@@ -344,7 +354,8 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                     share,
                     T_WASTED_SHARE,
                     "pass" if share <= T_WASTED_SHARE else "fail",
-                    f"{wasted_num / 1e9:.2f} GB wasted of {wasted_den / 1e9:.2f} GB demoted over all seeds",
+                    f"{wasted_num / 1e9:.2f} GB wasted of {wasted_den / 1e9:.2f} GB demoted over all seeds; "
+                    f"{wasted_last / 1e9:.2f} GB ({wasted_last / wasted_den:.0%} of demoted) after the item's last use",
                 )
             )
         elif ours and any(
@@ -586,7 +597,8 @@ def _copy_table(caps: dict[str, Any], main: list[str]) -> str:
     rows = [
         "| two-tier copy traffic (mean GB per run) | "
         + " | ".join(
-            f"{ck} demoted | {ck} promoted | {ck} wasted (share)" for ck in main
+            f"{ck} demoted | {ck} promoted | {ck} wasted (share; after last use)"
+            for ck in main
         )
         + " |",
         "|---|" + "---:|---:|---:|" * len(main),
@@ -602,7 +614,9 @@ def _copy_table(caps: dict[str, Any], main: list[str]) -> str:
             cells += [
                 _f(m["bytes_demoted"]["mean"] / 1e9, "{:.2f}"),
                 _f(m["bytes_promoted"]["mean"] / 1e9, "{:.2f}"),
-                f"{_f(m['bytes_wasted_demotion']['mean'] / 1e9, '{:.2f}')} ({_f(m['wasted_share'], '{:.0%}')})",
+                f"{_f(m['bytes_wasted_demotion']['mean'] / 1e9, '{:.2f}')} "
+                f"({_f(m['wasted_share'], '{:.0%}')}; "
+                f"{_f(m.get('wasted_after_last_use_share'), '{:.0%}')})",
             ]
         rows.append(f"| {lab} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -18,7 +18,9 @@ sizes instead of tensors, in the runner's order:
 
 It also accounts for copy traffic: every demotion's embeddings stay
 *pending* until the entry is promoted (the copy paid off) or dropped from
-the host (``drop_host`` / ``clear_host``: a *wasted* demotion).
+the host (``drop_host`` / ``clear_host``: a *wasted* demotion);
+:meth:`WorkerModel.wasted_after_last_use` tells the wasted demotions of items
+never accessed again from those of items that come back.
 
 Nothing here imports vLLM; bench.replay converts vLLM objects into
 :class:`StepInput`.
@@ -143,6 +145,8 @@ class WorkerModel:
         self.pending_demotions: dict[str, int] = {}
         #: embeds demoted, then dropped from the host before any promotion
         self.wasted_demotion_embeds = 0
+        #: (hash, embeds, len(accesses) then) per wasted demotion
+        self.wasted_drops: list[tuple[str, int, int]] = []
 
     # ---------------------------------------------------------------- ops
     def _fail(self, step: int, msg: str) -> None:
@@ -211,6 +215,19 @@ class WorkerModel:
         wasted = self.pending_demotions.pop(h, None)
         if wasted is not None:
             self.wasted_demotion_embeds += wasted
+            self.wasted_drops.append((h, wasted, len(self.accesses)))
+
+    def wasted_after_last_use(self) -> int:
+        """Embeddings of wasted demotions whose item the run never accessed
+        after the host dropped it. A host entry that is accessed is
+        promoted, so such a demotion followed the item's last use: no
+        eviction order could have turned it into a hit, only not demoting
+        the item at all saves it. The rest of the waste are items accessed
+        again later, which a host that kept them would have hit."""
+        last = {h: i for i, (h, _, _) in enumerate(self.accesses)}
+        return sum(
+            embeds for h, embeds, seen in self.wasted_drops if last.get(h, -1) < seen
+        )
 
     # --------------------------------------------------------------- step
     def step(self, si: StepInput) -> StepStats:

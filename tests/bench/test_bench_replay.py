@@ -219,6 +219,7 @@ def test_two_tier_reports_copy_traffic(tree_child, tmp_path):
     assert res["wasted_demotion_share"] == pytest.approx(
         res["bytes_wasted_demotion"] / res["bytes_demoted"]
     )
+    assert 0 <= res["bytes_wasted_after_last_use"] <= res["bytes_wasted_demotion"]
     # Every demoted byte is promoted, wasted, or still on the host.
     assert (
         res["bytes_promoted"]

@@ -106,6 +106,15 @@ def test_small_trace_end_to_end(tmp_path, procs):
         assert {"name", "value", "threshold", "detail"} <= set(t)
     s = r["summary"]["default"]["loop"]["25%"]
     assert s["runs"][judged]["hit_ratio"]["n"] == 1
+    # Wasted demotions after the item's last use are a part of the waste.
+    for m in s["runs"].values():
+        if m.get("wasted_share") is not None:
+            assert 0 <= m["wasted_after_last_use_share"] <= m["wasted_share"]
+    for t in r["targets"]:
+        if t["group"] == "wasted" and t["status"] != "n/a":
+            assert "after the item's last use" in t["detail"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "wasted (share; after last use)" in md
 
 
 def test_judge_policy_judges_a_non_default_policy(tmp_path, procs):

@@ -112,6 +112,42 @@ def test_wasted_demotions_are_counted():
     assert w.wasted_demotion_embeds == 150 and not w.host
 
 
+def test_wasted_demotions_after_the_last_use_are_told_apart():
+    """A wasted demotion of an item the run accesses again (a host that kept
+    it would have hit) is not one after the item's last use; a wasted
+    demotion of an item never accessed again is."""
+    w = WorkerModel(device_capacity=200, host_capacity=200)
+    _first_step(w)
+    w.step(StepInput(step=1, manager_ops=[("demote", "x"), ("demote", "y")]))
+    w.step(StepInput(step=2, manager_ops=[("drop_host", "x"), ("drop_host", "y")]))
+    assert w.wasted_demotion_embeds == 150
+    assert w.wasted_after_last_use() == 150  # nothing accessed since
+    # y comes back (recomputed) after its host copy was dropped.
+    w.step(
+        StepInput(
+            step=3,
+            new_reqs=[("b", [Feature("y", 0, 50, 50)], 0, 60)],
+            num_scheduled={"b": 60},
+            encoder_inputs={"b": [0]},
+        )
+    )
+    assert w.wasted_demotion_embeds == 150
+    assert w.wasted_after_last_use() == 100
+    # An access in the step that drops it counts as coming back too.
+    w.step(StepInput(step=4, manager_ops=[("demote", "y")]))
+    w.step(
+        StepInput(
+            step=5,
+            manager_ops=[("drop_host", "y")],
+            new_reqs=[("c", [Feature("y", 0, 50, 50)], 0, 60)],
+            num_scheduled={"c": 60},
+            encoder_inputs={"c": [0]},
+        )
+    )
+    assert w.wasted_demotion_embeds == 200
+    assert w.wasted_after_last_use() == 100
+
+
 def test_copy_ops_keep_the_source_and_resolve_demotions():
     w = WorkerModel(device_capacity=200, host_capacity=200)
     _first_step(w)
