@@ -5,14 +5,14 @@ fixed, beside the duel that chooses among them.
 ``adaptive`` picks its host admission rule by feedback: one key-only shadow
 cache per rule (``_Duel.RULES``, admit-all first) replays every access, and
 the host follows the most selective rule whose shadow hits about as much as
-the best one. This tool replays each seed of a family at the harness's
-capacity (``--frac`` of the footprint, device:host = 1:8) once per rule held
-fixed for the whole run (:func:`bench.replay.hold_adaptive_rule`) and once
-with the duel, and prints the real hit ratios, the wasted demotion shares
-and, for each fixed rule, what its own shadow predicted. A rule held fixed
-that beats the duel measures the cost of switching: a rule's loss shows only
-when the entries it dropped come back, so the host's contents lag the rule
-in force.
+the best one (the light rules' hits credited ``_Duel.LIGHT_CREDIT``). This
+tool replays each seed of a family at the harness's capacity (``--frac`` of
+the footprint, device:host = 1:8) once per rule held fixed for the whole run
+(:func:`bench.replay.hold_adaptive_rule`) and once with the duel, and prints
+the real hit ratios, the wasted demotion shares and, for each fixed rule,
+what its own shadow predicted. A rule held fixed that beats the duel
+measures the cost of switching: a rule's loss shows only when the entries it
+dropped come back, so the host's contents lag the rule in force.
 
     python -m bench.rules --family heavy_chat --scenario pc_off --seeds 5
 """
