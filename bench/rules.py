@@ -15,6 +15,7 @@ measures the cost of switching: a rule's loss shows only when the entries it
 dropped come back, so the host's contents lag the rule in force.
 
     python -m bench.rules --family heavy_chat --scenario pc_off --seeds 5
+    python -m bench.rules --family mixed_sizes --scenario default --seed 5  # held out
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _fmt(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from bench.runner import TreeProcess
-    from bench.tiers import binding_args, binding_setup
+    from bench.tiers import binding_args, binding_setup, seed_range
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     binding_args(p)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             **{f"rule {i}": [] for i in range(n_rules)},
             "duel": [],
         }
-        for seed in range(a.seeds):
+        for seed in seed_range(a):
             spec, _, _ = binding_setup(
                 child, a.family, a.scenario, seed, a.frac, Path(tmpd), a.tree
             )
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[f"rule {i}"].append(child.run(spec(ADAPTIVE, adaptive_rule=i)))
             runs["duel"].append(child.run(spec(ADAPTIVE)))
     print(
-        f"{a.family} [{a.scenario}] @{a.frac:.0%}, {a.seeds} seeds "
+        f"{a.family} [{a.scenario}] @{a.frac:.0%}, seeds {a.seed}-{a.seed + a.seeds - 1} "
         "(rule 0 admits everything; higher rules are more selective)"
     )
     print(f"{'run':8s} {'hit ratio':>9s} {'shadow':>7s} {'wasted':>7s}  per seed")

@@ -212,12 +212,19 @@ def binding_setup(
     return at_capacity, dev, host
 
 
+def seed_range(a: argparse.Namespace) -> range:
+    """The seeds :func:`binding_args` picked: ``--seeds`` of them from
+    ``--seed`` (seeds 5 and up are held out: nothing was tuned on them)."""
+    return range(a.seed, a.seed + a.seeds)
+
+
 def binding_args(p: argparse.ArgumentParser) -> None:
     """The options that pick a :func:`binding_setup` (also bench.rules')."""
     from bench.runner import TREE_DIR
 
     p.add_argument("--family", default="heavy_chat")
     p.add_argument("--scenario", default="pc_off")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--frac", type=float, default=0.25, help="of the footprint")
     p.add_argument("--tree", type=Path, default=TREE_DIR)
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmpd, TreeProcess("tiers", a.tree) as child:
-        for seed in range(a.seeds):
+        for seed in seed_range(a):
             spec, dev, host = binding_setup(
                 child, a.family, a.scenario, seed, a.frac, Path(tmpd), a.tree
             )
