@@ -47,6 +47,7 @@ from bench.runner import (  # noqa: E402
     cost_model_path,
     default_spec,
 )
+from bench.tiers import seed_range  # noqa: E402
 from bench.trace import Trace  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -349,7 +350,7 @@ class Bench:
             if self.quick
             else list(W.FAMILIES)
         )
-        seeds = range(self.args.seed, self.args.seed + self.args.seeds)
+        seeds = seed_range(self.args)
         for name in names:
             if name not in fams:
                 raise SystemExit(f"unknown family {name!r}; known: {', '.join(fams)}")
@@ -865,7 +866,7 @@ def main(
     b.r["meta"].update(
         {
             "mode": "quick" if args.quick else "full",
-            "seeds": list(range(args.seed, args.seed + args.seeds)),
+            "seeds": list(seed_range(args)),
             "base": args.base,
             "base_version": BASE_VERSION,
             "tree": args.tree,

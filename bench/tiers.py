@@ -213,8 +213,9 @@ def binding_setup(
 
 
 def seed_range(a: argparse.Namespace) -> range:
-    """The seeds :func:`binding_args` picked: ``--seeds`` of them from
-    ``--seed`` (seeds 5 and up are held out: nothing was tuned on them)."""
+    """The seeds the options name: ``--seeds`` of them from ``--seed``
+    (:func:`binding_args`' and bench/run.py's; seeds 5 and up are held out,
+    nothing was tuned on them)."""
     return range(a.seed, a.seed + a.seeds)
 
 

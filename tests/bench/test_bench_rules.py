@@ -38,15 +38,3 @@ def test_rule_rows_means_and_own_shadow():
     assert by["rule 1"]["wasted_share"] is None  # nothing demoted
     assert by["duel"]["seeds"] == [0.45, 0.35]
     assert [r["run"] for r in rows] == ["rule 0", "rule 1", "duel"]
-
-
-def test_binding_args_pick_held_out_seeds():
-    import argparse
-
-    from bench.tiers import binding_args, seed_range
-
-    p = argparse.ArgumentParser()
-    binding_args(p)
-    assert list(seed_range(p.parse_args([]))) == [0, 1, 2, 3, 4]
-    assert list(seed_range(p.parse_args(["--seed", "5"]))) == [5, 6, 7, 8, 9]
-    assert list(seed_range(p.parse_args(["--seed", "3", "--seeds", "2"]))) == [3, 4]

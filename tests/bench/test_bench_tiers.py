@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.tiers import replay_hierarchies, single_lru_hits, two_tier_lru_hits
+from bench.tiers import (
+    binding_args,
+    replay_hierarchies,
+    seed_range,
+    single_lru_hits,
+    two_tier_lru_hits,
+)
 
 
 def test_held_promotion_blocks_evict_one_entry_more_on_a_swap():
@@ -109,3 +117,11 @@ def _reuses(seq):
         if key in seen:
             yield size
         seen.add(key)
+
+
+def test_binding_args_pick_held_out_seeds():
+    p = argparse.ArgumentParser()
+    binding_args(p)
+    assert list(seed_range(p.parse_args([]))) == [0, 1, 2, 3, 4]
+    assert list(seed_range(p.parse_args(["--seed", "5"]))) == [5, 6, 7, 8, 9]
+    assert list(seed_range(p.parse_args(["--seed", "3", "--seeds", "2"]))) == [3, 4]
