@@ -12,7 +12,10 @@ the footprint, device:host = 1:8) once per rule held fixed for the whole run
 the real hit ratios, the wasted demotion shares and, for each fixed rule,
 what its own shadow predicted. A rule held fixed that beats the duel
 measures the cost of switching: a rule's loss shows only when the entries it
-dropped come back, so the host's contents lag the rule in force.
+dropped come back, so the host's contents lag the rule in force. A second
+table gives every shadow's prediction while each rule is held: the filters'
+shadows read the reuse rates the real host learns, so the duel's view of the
+rules moves with the rule in force.
 
     python -m bench.rules --family heavy_chat --scenario pc_off --seeds 5
     python -m bench.rules --family mixed_sizes --scenario default --seed 5  # held out
@@ -32,26 +35,30 @@ ADAPTIVE = {"kind": "twotier", "policy": "adaptive", "via": "config"}
 
 def rule_rows(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per run kind (``rule 0``, ..., ``duel``) from the seeds'
-    results: mean hit ratio, mean prediction of the rule's own shadow
-    (fixed rules only), wasted demotion share (bytes over all seeds) and the
-    per-seed hit ratios."""
+    results: mean hit ratio, mean prediction of the rule's own shadow and of
+    every shadow (fixed rules only), wasted demotion share (bytes over all
+    seeds) and the per-seed hit ratios."""
     rows = []
     for name, results in runs.items():
         hits = [r.get("hit_ratio") or 0.0 for r in results]
         demoted = sum(r.get("bytes_demoted") or 0 for r in results)
         wasted = sum(r.get("bytes_wasted_demotion") or 0 for r in results)
         predicted = None
+        shadows = None
         if name.startswith("rule "):
             i = int(name.split()[1])
-            own = [
-                r["shadow_hit_ratios"][i] for r in results if r.get("shadow_hit_ratios")
+            seen = [
+                r["shadow_hit_ratios"] for r in results if r.get("shadow_hit_ratios")
             ]
-            predicted = statistics.fmean(own) if own else None
+            if seen:
+                shadows = [statistics.fmean(col) for col in zip(*seen)]
+                predicted = shadows[i]
         rows.append(
             {
                 "run": name,
                 "hit_ratio": statistics.fmean(hits) if hits else None,
                 "shadow": predicted,
+                "shadows": shadows,
                 "wasted_share": wasted / demoted if demoted else None,
                 "seeds": hits,
             }
@@ -91,12 +98,24 @@ def main(argv: list[str] | None = None) -> int:
         "(rule 0 admits everything; higher rules are more selective)"
     )
     print(f"{'run':8s} {'hit ratio':>9s} {'shadow':>7s} {'wasted':>7s}  per seed")
-    for row in rule_rows(runs):
+    rows = rule_rows(runs)
+    for row in rows:
         print(
             f"{row['run']:8s} {_fmt(row['hit_ratio']):>9s} {_fmt(row['shadow']):>7s} "
             f"{_fmt(row['wasted_share']):>7s}  "
             + " ".join(f"{h:.3f}" for h in row["seeds"])
         )
+    held = [row for row in rows if row["shadows"]]
+    if held:
+        print("\nevery shadow's prediction while the rule is held (* the best):")
+        for row in held:
+            best = max(row["shadows"])
+            print(
+                f"{row['run']:8s} "
+                + " ".join(
+                    f"{x:.3f}{'*' if x == best else ' '}" for x in row["shadows"]
+                )
+            )
     return 0
 
 

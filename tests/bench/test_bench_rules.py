@@ -33,6 +33,10 @@ def test_rule_rows_means_and_own_shadow():
     assert by["rule 0"]["shadow"] == pytest.approx(0.40)
     assert by["rule 1"]["shadow"] == pytest.approx(0.52)
     assert by["duel"]["shadow"] is None
+    # Every shadow's mean prediction while the rule is held, in rule order.
+    assert by["rule 0"]["shadows"] == pytest.approx([0.40, 0.15])
+    assert by["rule 1"]["shadows"] == pytest.approx([0.9, 0.52])
+    assert by["duel"]["shadows"] is None
     # Wasted share: bytes over all seeds, not a mean of per-seed shares.
     assert by["rule 0"]["wasted_share"] == pytest.approx(80 / 400)
     assert by["rule 1"]["wasted_share"] is None  # nothing demoted
