@@ -94,7 +94,7 @@ test-series: $(VENV)/.stamp hf-cache
 
 test-e2e: $(VENV)/.stamp hf-cache tiny-model
 	$(VPY) tools/series.py tree
-	$(VPY) -m pytest -q tests/offline tests/e2e
+	$(VPY) tools/series.py own-tests e2e -q -rfE tests/offline tests/e2e
 
 test-bench: $(VENV)/.stamp hf-cache
 	$(VPY) tools/series.py tree

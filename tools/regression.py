@@ -8,17 +8,20 @@ test-upstream BASE=0.32.0``): the same module list runs where the modules
 exist in that release, and the known CUDA-only list is the base's own
 (``tools/known_cuda_only[-<version>].txt``).
 
-Runs the same upstream test modules in both trees (the two runs in parallel,
-one per core), reads their JUnit XML and prints both counts. Fails if any test
-that passed on base does not pass on the tree.
+Runs the upstream test modules on the tree (one pytest process per core, each
+on a share of the files), collects the same modules on base, and reruns on
+base every base test that did not pass on the tree. Fails if any of those
+passes on base. A test that passes on the tree needs no base run, so base
+costs a collection plus the handful of tests that fail on both (tests that
+need the Hugging Face hub, for instance).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,21 +68,32 @@ def touched_upstream_tests() -> list[str]:
     return sorted(found)
 
 
-def results(xml_path: Path) -> dict[str, str]:
-    """nodeid-ish key -> outcome (passed/failed/error/skipped)."""
-    out: dict[str, str] = {}
-    if not xml_path.exists():
-        return out
-    for case in ET.parse(xml_path).getroot().iter("testcase"):
-        key = f"{case.get('classname')}::{case.get('name')}"
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = "failed"
-            elif child.tag == "skipped":
-                outcome = "skipped"
-        out[key] = outcome
-    return out
+def _pytest_base_args(deselect: list[str]) -> list[str]:
+    return ["-p", "no:cacheprovider", "-q", "-rfE", "--timeout=900", *deselect]
+
+
+def run_base(args: list[str], name: str) -> dict[str, object]:
+    """One pytest process on build/base; its collected ids and outcomes."""
+    repo = series.tree_dir("base")
+    outdir = series.BUILD / f"regression{series.SUFFIX}"
+    out = outdir / f"{name}.json"
+    out.unlink(missing_ok=True)
+    env = series.tree_env(repo)
+    env["PYTEST_OUTCOMES"] = str(out)
+    py = series.VENV / "bin" / "python"
+    cmd = [str(py), "-m", "pytest", "-p", "cpu_shims", "-p", "outcomes", *args]
+    with open(outdir / f"{name}.log", "w") as logf:
+        subprocess.run(cmd, cwd=repo, env=env, stdout=logf, stderr=subprocess.STDOUT)
+    if not out.exists():
+        return {"collected": [], "outcomes": {}}
+    return json.loads(out.read_text())
+
+
+def _counts(outcomes: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
 
 
 def main() -> int:
@@ -97,75 +111,67 @@ def main() -> int:
             m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs)
         )
     ]
-    deselect = series.known_cuda_only_deselects()
+    common = _pytest_base_args(series.known_cuda_only_deselects())
     outdir = series.BUILD / f"regression{series.SUFFIX}"
     outdir.mkdir(parents=True, exist_ok=True)
-    procs = {}
-    for name in ("base", "tree"):
-        repo = series.tree_dir(name)
-        existing = [m for m in modules if (repo / m).exists()]
-        xml = outdir / f"{name}.xml"
-        xml.unlink(missing_ok=True)
-        log = open(outdir / f"{name}.log", "w")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "cpu_shims",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-rfE",
-            "--timeout=900",
-            f"--junitxml={xml}",
-            *deselect,
-            *existing,
-        ]
-        print(f"[regression] {name}: pytest {' '.join(existing)}", flush=True)
-        procs[name] = (
-            subprocess.Popen(
-                cmd,
-                cwd=repo,
-                env=series.tree_env(repo),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            ),
-            log,
-        )
-    for name, (proc, log) in procs.items():
-        proc.wait()
-        log.close()
-    res = {name: results(outdir / f"{name}.xml") for name in procs}
-    for name in procs:
-        counts: dict[str, int] = {}
-        for outcome in res[name].values():
-            counts[outcome] = counts.get(outcome, 0) + 1
+    tree_mods = [m for m in modules if (series.tree_dir("tree") / m).exists()]
+    base_mods = [m for m in modules if (series.tree_dir("base") / m).exists()]
+
+    print(f"[regression] tree: pytest {' '.join(tree_mods)}", flush=True)
+    _, tree = series.run_pytest_sharded(
+        series.tree_dir("tree"),
+        [*common, *tree_mods],
+        "regression-tree",
+        show_failures=False,
+    )
+    tree_out: dict[str, str] = tree["outcomes"]  # type: ignore[assignment]
+    print(f"[regression] tree: {_counts(tree_out)}", flush=True)
+
+    print(f"[regression] base: pytest --collect-only {' '.join(base_mods)}")
+    collected = run_base([*common, "--collect-only", *base_mods], "base-collect")
+    base_ids: list[str] = collected["collected"]  # type: ignore[assignment]
+    if not base_ids:
         print(
-            f"[regression] {name}: "
-            + ", ".join(
-                f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped")
-            )
-            + f"  (log: {outdir / (name + '.log')})"
-        )
-    if not res["base"]:
-        print(
-            f"[regression] no results from build/base{series.SUFFIX}; see its log",
+            f"[regression] nothing collected on build/base{series.SUFFIX}; see "
+            f"{outdir / 'base-collect.log'}",
             file=sys.stderr,
         )
         return 1
-    lost = sorted(
-        k
-        for k, v in res["base"].items()
-        if v == "passed" and res["tree"].get(k) != "passed"
+    recheck = [t for t in base_ids if tree_out.get(t) != "passed"]
+    print(
+        f"[regression] base: {len(base_ids)} collected, "
+        f"{len(base_ids) - len(recheck)} of them pass on the tree; "
+        f"rerunning the other {len(recheck)} on base",
+        flush=True,
     )
+    base_out: dict[str, str] = {}
+    if recheck:
+        base_out = run_base([*common, *recheck], "base-recheck")["outcomes"]  # type: ignore[assignment]
+        # A node id pytest could not select again: run its whole file.
+        missing = sorted({t.split("::", 1)[0] for t in recheck if t not in base_out})
+        if missing:
+            more = run_base([*common, *missing], "base-recheck-files")
+            base_out.update(more["outcomes"])  # type: ignore[arg-type]
+        print(f"[regression] base, rerun: {_counts(base_out)}")
+    lost = sorted(t for t in recheck if base_out.get(t) == "passed")
+    unknown = sorted(t for t in recheck if t not in base_out)
+    if unknown:
+        print(f"[regression] {len(unknown)} test(s) could not be rerun on base:")
+        for t in unknown:
+            print(f"  {t}")
+        return 1
     if lost:
         print(f"[regression] {len(lost)} test(s) pass on base but not on tree:")
-        for k in lost:
-            print(f"  {k}: {res['tree'].get(k, 'missing')}")
+        for t in lost:
+            print(f"  {t}: {tree_out.get(t, 'missing')}")
+        logs = series.BUILD / f"pytest{series.SUFFIX}" / "regression-tree.*.log"
+        print(f"[regression] tree logs: {logs}")
         return 1
-    base_passed = sum(v == "passed" for v in res["base"].values())
-    print(f"[regression] OK: all {base_passed} tests passing on base pass on tree")
+    print(
+        f"[regression] OK: every test collected on base ({len(base_ids)}) "
+        f"passes on the tree or does not pass on base either "
+        f"({len(recheck)} rerun there)"
+    )
     return 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -652,7 +653,12 @@ def series_tests() -> int:
         log("the series adds no test files yet")
         return 0
     log(f"series tests: {' '.join(tests)}")
-    return run_pytest(tree, ["-q", "-p", "no:cacheprovider", "--timeout=900", *tests])
+    rc, _ = run_pytest_sharded(
+        tree,
+        ["-q", "-rfE", "-p", "no:cacheprovider", "--timeout=900", *tests],
+        "series-tests",
+    )
+    return rc
 
 
 # -------------------------------------------------------------------- pytest
@@ -691,6 +697,86 @@ def run_pytest(repo: Path, args: list[str]) -> int:
     return subprocess.run(cmd, cwd=repo, env=tree_env(repo)).returncode
 
 
+def pytest_jobs() -> int:
+    """Parallel pytest processes: one per core, at most 2 (``PYTEST_JOBS``)."""
+    if os.environ.get("PYTEST_JOBS"):
+        return max(1, int(os.environ["PYTEST_JOBS"]))
+    return max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+def run_pytest_sharded(
+    repo: Path,
+    args: list[str],
+    name: str,
+    jobs: int | None = None,
+    show_failures: bool = True,
+    own: bool = False,
+) -> tuple[int, dict[str, object]]:
+    """Run pytest in ``jobs`` processes at once, each on a share of the test
+    files (``-p shard``), and merge what they report (``-p outcomes``).
+
+    Each process writes to ``build/pytest{SUFFIX}/<name>.<i>.log``; a passing
+    one prints its summary line, a failing one its whole log (only the
+    summary line without ``show_failures``, for a caller that judges the
+    outcomes itself). Returns the
+    worst exit status (5, nothing collected, counts as 0 when another shard
+    ran tests) and ``{"collected": [...], "outcomes": {...}}``.
+
+    ``own``: the repository's own tests (``tests/``), run from the repository
+    root in this environment, rather than vLLM's tests inside ``repo``.
+    """
+    jobs = jobs or pytest_jobs()
+    logdir = BUILD / f"pytest{SUFFIX}"
+    logdir.mkdir(parents=True, exist_ok=True)
+    py = VENV / "bin" / "python"
+    procs = []
+    for i in range(jobs):
+        out = logdir / f"{name}.{i}.json"
+        out.unlink(missing_ok=True)
+        if own:
+            env = dict(os.environ)
+            plugins = str(ROOT / "tools" / "pytest_plugins")
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (plugins, env.get("PYTHONPATH")) if p
+            )
+            cmd = [str(py), "-m", "pytest"]
+        else:
+            env = tree_env(repo)
+            cmd = [str(py), "-m", "pytest", "-p", "cpu_shims"]
+        env.update(PYTEST_SHARD=f"{i}/{jobs}", PYTEST_OUTCOMES=str(out))
+        cmd += ["-p", "shard", "-p", "outcomes", *args]
+        logf = open(logdir / f"{name}.{i}.log", "w")
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT if own else repo,
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append((proc, logf, out))
+    merged: dict[str, object] = {"collected": [], "outcomes": {}}
+    codes = []
+    for i, (proc, logf, out) in enumerate(procs):
+        proc.wait()
+        logf.close()
+        codes.append(proc.returncode)
+        text = Path(logf.name).read_text(errors="replace")
+        if show_failures and proc.returncode not in (0, 5):
+            print(f"----- {name}, process {i + 1}/{jobs} ({logf.name}) -----")
+            print(text, end="", flush=True)
+        else:
+            lines = [ln for ln in text.splitlines() if ln.strip()]
+            summary = lines[-1] if lines else "(no output)"
+            print(f"[{name} {i + 1}/{jobs}] {summary}", flush=True)
+        if out.exists():
+            data = json.loads(out.read_text())
+            merged["collected"] += data["collected"]  # type: ignore[operator]
+            merged["outcomes"].update(data["outcomes"])  # type: ignore[union-attr]
+    ran = bool(merged["outcomes"])
+    bad = [c for c in codes if c != 0 and not (c == 5 and ran)]
+    return (max(bad) if bad else 0), merged
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -727,7 +813,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("env")
     p.add_argument("--tree", default="tree")
+    sub.add_parser(
+        "own-tests",
+        help="NAME ARGS...: the repository's own tests, one pytest process per core",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["own-tests"]:
+        # `own-tests NAME [--] ARGS...`: ARGS go to every pytest process.
+        if len(argv) < 3:
+            print("error: own-tests NAME PYTEST-ARGS...", file=sys.stderr)
+            return 2
+        name, rest = argv[1], argv[2:]
+        if rest[:1] == ["--"]:
+            rest = rest[1:]
+        rc, _ = run_pytest_sharded(ROOT, rest, name, own=True)
+        return rc
     if argv[:1] == ["pytest"]:
         # `pytest [--tree X] [--] ARGS...`: everything else goes to pytest as is.
         rest, tree = argv[1:], "tree"

@@ -72,11 +72,15 @@ def _has_failure_statuses() -> bool:
 
 # On the primary base the series has them, so their absence is a failure; a
 # second base's series (patches-<version>/) may not have them yet.
-pytestmark = pytest.mark.skipif(
-    bool(SUFFIX) and not _has_failure_statuses(),
-    reason=f"the v{BASE_VERSION} series has no ec_max_deferral_s and failure "
-    "statuses yet",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        bool(SUFFIX) and not _has_failure_statuses(),
+        reason=f"the v{BASE_VERSION} series has no ec_max_deferral_s and failure "
+        "statuses yet",
+    ),
+    # One server start and its requests: about 70 s on 2 cores.
+    pytest.mark.shard_weight(70),
+]
 
 
 def _free_port() -> int:

@@ -37,6 +37,9 @@ QUESTIONS = engine_probe.TINY_MM_QUESTIONS
 
 _results: dict[str, dict[str, Any]] = {}
 
+# An engine start per tree: about 60 s each on 2 cores.
+pytestmark = pytest.mark.shard_weight(40)
+
 
 @pytest.fixture(scope="module")
 def images() -> list[Any]:

@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 import engine_probe  # noqa: E402
 from series import BASE_VERSION, SUFFIX, tree_dir  # noqa: E402
 
+# Two engine starts (default and two-tier): about 120 s on 2 cores.
+pytestmark = pytest.mark.shard_weight(120)
+
 NUM_IMAGES = 4
 ROUNDS = 3
 MAX_TOKENS = 8
