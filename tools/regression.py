@@ -19,8 +19,6 @@ need the Hugging Face hub, for instance).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -74,19 +72,10 @@ def _pytest_base_args(deselect: list[str]) -> list[str]:
 
 def run_base(args: list[str], name: str) -> dict[str, object]:
     """One pytest process on build/base; its collected ids and outcomes."""
-    repo = series.tree_dir("base")
-    outdir = series.BUILD / f"regression{series.SUFFIX}"
-    out = outdir / f"{name}.json"
-    out.unlink(missing_ok=True)
-    env = series.tree_env(repo)
-    env["PYTEST_OUTCOMES"] = str(out)
-    py = series.VENV / "bin" / "python"
-    cmd = [str(py), "-m", "pytest", "-p", "cpu_shims", "-p", "outcomes", *args]
-    with open(outdir / f"{name}.log", "w") as logf:
-        subprocess.run(cmd, cwd=repo, env=env, stdout=logf, stderr=subprocess.STDOUT)
-    if not out.exists():
-        return {"collected": [], "outcomes": {}}
-    return json.loads(out.read_text())
+    _, out = series.run_pytest_sharded(
+        series.tree_dir("base"), args, name, jobs=1, show_failures=False
+    )
+    return out
 
 
 def _counts(outcomes: dict[str, str]) -> str:
@@ -112,8 +101,7 @@ def main() -> int:
         )
     ]
     common = _pytest_base_args(series.known_cuda_only_deselects())
-    outdir = series.BUILD / f"regression{series.SUFFIX}"
-    outdir.mkdir(parents=True, exist_ok=True)
+    logs = series.BUILD / f"pytest{series.SUFFIX}"
     tree_mods = [m for m in modules if (series.tree_dir("tree") / m).exists()]
     base_mods = [m for m in modules if (series.tree_dir("base") / m).exists()]
 
@@ -133,7 +121,7 @@ def main() -> int:
     if not base_ids:
         print(
             f"[regression] nothing collected on build/base{series.SUFFIX}; see "
-            f"{outdir / 'base-collect.log'}",
+            f"{logs / 'base-collect.0.log'}",
             file=sys.stderr,
         )
         return 1
@@ -164,8 +152,7 @@ def main() -> int:
         print(f"[regression] {len(lost)} test(s) pass on base but not on tree:")
         for t in lost:
             print(f"  {t}: {tree_out.get(t, 'missing')}")
-        logs = series.BUILD / f"pytest{series.SUFFIX}" / "regression-tree.*.log"
-        print(f"[regression] tree logs: {logs}")
+        print(f"[regression] tree logs: {logs / 'regression-tree.*.log'}")
         return 1
     print(
         f"[regression] OK: every test collected on base ({len(base_ids)}) "

@@ -718,9 +718,9 @@ def run_pytest_sharded(
     Each process writes to ``build/pytest{SUFFIX}/<name>.<i>.log``; a passing
     one prints its summary line, a failing one its whole log (only the
     summary line without ``show_failures``, for a caller that judges the
-    outcomes itself). Returns the
-    worst exit status (5, nothing collected, counts as 0 when another shard
-    ran tests) and ``{"collected": [...], "outcomes": {...}}``.
+    outcomes itself). Returns the worst exit status (5, nothing collected,
+    counts as 0 when another shard ran tests) and
+    ``{"collected": [...], "outcomes": {...}}``.
 
     ``own``: the repository's own tests (``tests/``), run from the repository
     root in this environment, rather than vLLM's tests inside ``repo``.
