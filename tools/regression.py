@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,10 +67,6 @@ def touched_upstream_tests() -> list[str]:
     return sorted(found)
 
 
-def _pytest_base_args(deselect: list[str]) -> list[str]:
-    return ["-p", "no:cacheprovider", "-q", "-rfE", "--timeout=900", *deselect]
-
-
 def run_base(args: list[str], name: str) -> dict[str, object]:
     """One pytest process on build/base; its collected ids and outcomes."""
     _, out = series.run_pytest_sharded(
@@ -79,10 +76,8 @@ def run_base(args: list[str], name: str) -> dict[str, object]:
 
 
 def _counts(outcomes: dict[str, str]) -> str:
-    counts: dict[str, int] = {}
-    for outcome in outcomes.values():
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
+    counts = Counter(outcomes.values())
+    return ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "skipped"))
 
 
 def main() -> int:
@@ -100,7 +95,8 @@ def main() -> int:
             m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs)
         )
     ]
-    common = _pytest_base_args(series.known_cuda_only_deselects())
+    common = ["-p", "no:cacheprovider", "-q", "-rfE", "--timeout=900"]
+    common += series.known_cuda_only_deselects()
     logs = series.BUILD / f"pytest{series.SUFFIX}"
     tree_mods = [m for m in modules if (series.tree_dir("tree") / m).exists()]
     base_mods = [m for m in modules if (series.tree_dir("base") / m).exists()]

@@ -6,8 +6,7 @@ Loaded with ``-p outcomes`` by ``tools/series.py`` (parallel runs) and
 environment variable; without it the plugin does nothing. It holds::
 
     {"collected": [node ids, in collection order],
-     "outcomes": {node id: "passed" | "failed" | "skipped"},
-     "exitstatus": int}
+     "outcomes": {node id: "passed" | "failed" | "skipped"}}
 
 A test is ``failed`` when any phase (setup, call, teardown) failed, ``skipped``
 when it was skipped (or xfailed), otherwise ``passed``. Node ids are the ones
@@ -47,12 +46,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get(_ENV)
     if not path:
         return
-    Path(path).write_text(
-        json.dumps(
-            {
-                "collected": _collected,
-                "outcomes": _outcomes,
-                "exitstatus": int(exitstatus),
-            }
-        )
-    )
+    Path(path).write_text(json.dumps({"collected": _collected, "outcomes": _outcomes}))

@@ -68,8 +68,11 @@ def pytest_collection_modifyitems(
         path = item.nodeid.split("::", 1)[0]
         files[path] = files.get(path, 0.0) + weight(item)
     shards = assign(files, n)
-    keep = [it for it in items if shards[it.nodeid.split("::", 1)[0]] == i]
-    drop = [it for it in items if shards[it.nodeid.split("::", 1)[0]] != i]
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        mine = shards[item.nodeid.split("::", 1)[0]] == i
+        (keep if mine else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
