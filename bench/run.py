@@ -781,7 +781,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--families",
         type=_csv,
         default=None,
-        help=f"comma-separated subset of: {', '.join(W.FAMILIES)}",
+        help=f"comma-separated subset of: {', '.join(W.FAMILIES)} (the default), "
+        f"or of the variants outside the suite: {', '.join(W.VARIANTS)}",
     )
     ap.add_argument(
         "--policies",

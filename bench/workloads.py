@@ -583,8 +583,21 @@ FAMILIES: tuple[str, ...] = (
 )
 
 
+#: Variants of four families, each with one parameter the suite holds fixed
+#: moved to the other end of its range. ``make bench`` does not run them;
+#: ``--families`` names them to check a policy beyond the traces its
+#: constants were chosen on (bench/README.md, "Families outside the suite").
+VARIANTS: tuple[str, ...] = (
+    "zipf_flat",
+    "zipf_steep",
+    "multi_turn_busy",
+    "heavy_chat_busy",
+)
+
+
 def families(scale: float = 1.0) -> dict[str, Callable[[int], Trace]]:
-    """name -> generator(seed) for every family in :data:`FAMILIES`.
+    """name -> generator(seed) for every family in :data:`FAMILIES` and
+    :data:`VARIANTS`.
 
     ``scale`` multiplies the number of conversations, requests, episodes,
     streams and catalogue images (at least 2 of each), for quick runs."""
@@ -603,6 +616,15 @@ def families(scale: float = 1.0) -> dict[str, Callable[[int], Trace]]:
     hc.conversations = n(hc.conversations)
     pc = phase_change_params()
     pc.requests = n(pc.requests)
+    # Variants: Zipf at the ends of its typical range (0.6-1.2); twice the
+    # chat sessions at once (twice as many, starting twice as fast), and
+    # heavy chat with twice the conversations and half the think time.
+    flat = ZipfParams(requests=n(400), alpha=0.6)
+    steep = ZipfParams(requests=n(400), alpha=1.2)
+    busy = MultiTurnParams(conversations=n(96), conv_rate_per_s=0.5)
+    hcb = heavy_chat_params()
+    hcb.conversations = n(2 * hcb.conversations)
+    hcb.think_s /= 2
     return {
         "multi_turn": lambda s: multi_turn(s, mt),
         "zipf_shared": lambda s: zipf_shared(s, zp),
@@ -615,4 +637,8 @@ def families(scale: float = 1.0) -> dict[str, Callable[[int], Trace]]:
         "video_window": lambda s: video_window(s, vi),
         "heavy_chat": lambda s: heavy_chat(s, hc),
         "phase_change": lambda s: phase_change(s, pc),
+        "zipf_flat": lambda s: zipf_shared(s, flat, name="zipf_flat"),
+        "zipf_steep": lambda s: zipf_shared(s, steep, name="zipf_steep"),
+        "multi_turn_busy": lambda s: multi_turn(s, busy, name="multi_turn_busy"),
+        "heavy_chat_busy": lambda s: heavy_chat(s, hcb, name="heavy_chat_busy"),
     }

@@ -19,7 +19,7 @@ def _by_session(t: Trace) -> dict[str, list]:
     return out
 
 
-@pytest.mark.parametrize("name", W.FAMILIES)
+@pytest.mark.parametrize("name", W.FAMILIES + W.VARIANTS)
 def test_every_family_is_seeded_valid_and_named(name):
     gen = W.families(scale=0.3)[name]
     a, b, c = gen(1), gen(1), gen(2)
@@ -46,6 +46,40 @@ def test_families_keep_issue_6_workloads_first():
     assert list(W.standard_workloads()) == list(W.FAMILIES[:4])
     small = W.families(scale=0.25)["zipf_shared"](0)
     assert len(small.requests) < len(W.families()["zipf_shared"](0).requests)
+
+
+def _top_share(t: Trace, k: int = 20) -> float:
+    counts = Counter(key for key, _ in t.access_sequence())
+    return sum(v for _, v in counts.most_common(k)) / sum(counts.values())
+
+
+def _mean_think_s(t: Trace) -> float:
+    gaps = [
+        b.arrival_s - a.arrival_s
+        for turns in _by_session(t).values()
+        for a, b in zip(turns, turns[1:])
+    ]
+    return statistics.fmean(gaps)
+
+
+def test_variants_move_the_parameter_they_name():
+    fams = W.families(scale=0.5)
+    assert not set(W.VARIANTS) & set(W.FAMILIES)
+    for seed in (0, 1):
+        flat, mid, steep = (
+            fams[f](seed) for f in ("zipf_flat", "zipf_shared", "zipf_steep")
+        )
+        assert _top_share(flat) < _top_share(mid) < _top_share(steep)
+        assert flat.params["alpha"] == 0.6 and steep.params["alpha"] == 1.2
+        busy, mt = fams["multi_turn_busy"](seed), fams["multi_turn"](seed)
+        assert len(_by_session(busy)) == 2 * len(_by_session(mt))
+        # Twice the start rate: the busy variant's sessions overlap more.
+        assert busy.params["conv_rate_per_s"] == 2 * mt.params["conv_rate_per_s"]
+        hcb, hc = fams["heavy_chat_busy"](seed), fams["heavy_chat"](seed)
+        assert len(_by_session(hcb)) == 2 * len(_by_session(hc))
+        assert _mean_think_s(hcb) < _mean_think_s(hc)
+    # The suite's families are untouched by the variants.
+    assert W.families()["zipf_shared"](0).params["alpha"] == 0.9
 
 
 def test_batch_eval_is_a_cyclic_scan():
