@@ -583,8 +583,8 @@ FAMILIES: tuple[str, ...] = (
 )
 
 
-#: Variants of four families, each with one parameter the suite holds fixed
-#: moved to the other end of its range. ``make bench`` does not run them;
+#: Variants of four families, with the popularity skew or the number of
+#: sessions at once changed (see below). ``make bench`` does not run them;
 #: ``--families`` names them to check a policy beyond the traces its
 #: constants were chosen on (bench/README.md, "Families outside the suite").
 VARIANTS: tuple[str, ...] = (
