@@ -95,10 +95,10 @@ def main() -> int:
             m.endswith(".py") and any(m.startswith(d.rstrip("/") + "/") for d in dirs)
         )
     ]
-    # A module that fails to import loses its own tests, not every module's.
+    # --continue-on-collection-errors: a module that fails to import loses
+    # its own tests, not every module's.
     common = ["-p", "no:cacheprovider", "-q", "-rfE", "--timeout=900"]
-    common += ["--continue-on-collection-errors"]
-    common += series.known_cuda_only_deselects()
+    common += ["--continue-on-collection-errors", *series.known_cuda_only_deselects()]
     logs = series.BUILD / f"pytest{series.SUFFIX}"
     tree_mods = [m for m in modules if (series.tree_dir("tree") / m).exists()]
     base_mods = [m for m in modules if (series.tree_dir("base") / m).exists()]
