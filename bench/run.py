@@ -37,7 +37,13 @@ from bench import peers as P  # noqa: E402
 from bench import workloads as W  # noqa: E402
 from bench.costmodel import load_encoder_cost  # noqa: E402
 from bench.overhead import measure_overhead  # noqa: E402
-from bench.report import print_quick_table, summarise, targets, write_report  # noqa: E402
+from bench.report import (  # noqa: E402
+    print_quick_table,
+    scorecard,
+    summarise,
+    targets,
+    write_report,
+)
 from bench.runner import (  # noqa: E402
     BASE_DIR,
     BASE_VERSION,
@@ -856,6 +862,7 @@ def main(
         r = json.loads((Path(args.out) / "report.json").read_text())
         r["summary"] = summarise(r)
         r["targets"] = targets(r)
+        r["scorecard"] = scorecard(r)
         write_report(r, Path(args.out))
         print((Path(args.out) / "report.md").read_text())
         return 0
@@ -908,6 +915,7 @@ def main(
     b.r["meta"].update(_cpu_totals())
     b.r["summary"] = summarise(b.r)
     b.r["targets"] = targets(b.r)
+    b.r["scorecard"] = scorecard(b.r)
     write_report(b.r, b.out)
     if args.quick:
         print_quick_table(b.r, b.out)

@@ -113,3 +113,65 @@ def test_resolved_overhead_target_prints_plainly():
     assert "not resolved" not in R.target_line(t)
     na = R._overhead_targets({})[0]
     assert na["status"] == "n/a" and "not resolved" not in R.target_line(na)
+
+
+def _cell(runs: dict, peers: dict, inf: float = 0.8, main: bool = True) -> dict:
+    return {
+        "main": main,
+        "bound": {"infinite": {"mean": inf}},
+        "runs": {
+            k: {"status": "ok", "hit_ratio": {"mean": v}} for k, v in runs.items()
+        },
+        "peers": {k: {"embeds": {"mean": v}} for k, v in peers.items()},
+        "best_peer": max(peers, key=peers.get),
+    }
+
+
+def test_scorecard_judges_every_setup_by_the_peer_target():
+    peers_a = {"LRU": 0.40, "ARC": 0.50, "S3FIFO": 0.495}
+    peers_b = {"LRU": 0.60, "ARC": 0.55, "S3FIFO": 0.30}
+    r = {
+        "summary": {
+            "default": {
+                # Threshold max(0.50 - 0.01, 0.40) = 0.49.
+                "zipf": {
+                    "25%": _cell({"two-tier x": 0.485, "default": 0.39}, peers_a),
+                    # Not a main-table capacity: not judged.
+                    "10%": _cell({"two-tier x": 0.0}, peers_a, main=False),
+                },
+                "chat": {"25%": _cell({"two-tier x": 0.0}, peers_b, inf=0.004)},
+            },
+            # chat has no reuse by default, so it is judged here; threshold
+            # max(0.60 - 0.01, 0.60) = 0.60: LRU's.
+            "pc_off": {
+                "chat": {"25%": _cell({"two-tier x": 0.61, "default": 0.60}, peers_b)}
+            },
+        }
+    }
+    rows = {x["setup"]: x for x in R.scorecard(r)}
+    assert set(rows) == {
+        "two-tier x",
+        "default",
+        "peer: LRU",
+        "peer: ARC",
+        "peer: S3FIFO",
+    }
+    assert all(x["judged"] == 2 for x in rows.values())
+    x = rows["two-tier x"]
+    assert x["met"] == 1
+    assert list(x["missed"]) == ["zipf @25%"]
+    assert x["worst"] == pytest.approx(-0.005)
+    assert rows["default"]["missed"] == {"zipf @25%": pytest.approx(-0.10)}
+    # The best peer meets its own capacity, one within the margin too; the
+    # LRU floor fails a peer that is not within it.
+    assert rows["peer: ARC"]["missed"] == {"chat [pc_off] @25%": pytest.approx(-0.05)}
+    assert list(rows["peer: S3FIFO"]["missed"]) == ["chat [pc_off] @25%"]
+    assert rows["peer: LRU"]["met"] == 1
+    assert rows["peer: LRU"]["total"] == pytest.approx(-0.09)
+    # Sorted by capacities met, then by the sum of the misses.
+    order = [x["setup"] for x in R.scorecard(r)]
+    assert order.index("two-tier x") < order.index("peer: LRU") < order.index("default")
+    lines = R._scorecard_lines({"scorecard": R.scorecard(r)})
+    row = next(ln for ln in lines if ln.startswith("| two-tier x |"))
+    assert "1 / 2" in row and "zipf @25% -0.005" in row
+    assert R._scorecard_lines({}) == []
