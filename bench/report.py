@@ -247,8 +247,8 @@ def _peer_threshold(cs: dict[str, Any]) -> float:
 
 def scorecard(r: dict[str, Any]) -> list[dict[str, Any]]:
     """The peer target applied to every setup the run measured: each
-    manager run (two-tier policies, the default manager, all-device) and
-    each online peer, at the family capacities where the judged policy's
+    complete manager run (status ``ok``: two-tier policies, the default
+    manager, all-device) and each online peer, at the family capacities where the judged policy's
     peer target is decided. The threshold takes the best peer of each
     capacity, so a single peer meets it only where it is that best or
     within the margin of it; this says how hard the target is.
@@ -263,7 +263,8 @@ def scorecard(r: dict[str, Any]) -> list[dict[str, Any]]:
             inf = cs["bound"].get("infinite", {}).get("mean")
             if not cs.get("main") or "best_peer" not in cs:
                 continue
-            if inf is None or inf < NO_REUSE:
+            # As in `targets`: a capacity without reuse is n/a there.
+            if inf is not None and inf < NO_REUSE:
                 continue
             thr = _peer_threshold(cs)
             cell = f"{fam}{where} @{ck}"

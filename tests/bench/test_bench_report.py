@@ -175,3 +175,18 @@ def test_scorecard_judges_every_setup_by_the_peer_target():
     row = next(ln for ln in lines if ln.startswith("| two-tier x |"))
     assert "1 / 2" in row and "zipf @25% -0.005" in row
     assert R._scorecard_lines({}) == []
+
+
+def test_scorecard_judges_a_capacity_without_infinite_bound_as_targets_does():
+    # No infinite-cache figure: `targets` judges the capacity, so the
+    # scorecard must too (only a figure under NO_REUSE makes it n/a).
+    peers = {"LRU": 0.40, "ARC": 0.50}
+    r = {
+        "summary": {
+            "default": {"scan": {"50%": _cell({"two-tier x": 0.20}, peers, inf=None)}}
+        }
+    }
+    rows = {x["setup"]: x for x in R.scorecard(r)}
+    assert rows["two-tier x"]["judged"] == 1
+    assert rows["two-tier x"]["missed"] == {"scan @50%": pytest.approx(-0.29)}
+    assert rows["peer: ARC"]["met"] == 1
