@@ -683,7 +683,10 @@ def run_iter(
         res["connector_polls"] = getattr(sched.ec_connector, "polls", None)
         res["connector_not_ready"] = getattr(sched.ec_connector, "not_ready", None)
     if spec.get("record_accesses", True):
-        res["access_seq"] = [[h, sz] for h, sz, k in worker.accesses if k != "external"]
+        kept = [i for i, a in enumerate(worker.accesses) if a[2] != "external"]
+        res["access_seq"] = [list(worker.accesses[i][:2]) for i in kept]
+        if spec.get("record_access_requests", False):
+            res["access_requests"] = [worker.access_requests[i] for i in kept]
     if spec.get("record_wall", False):
         res["wall_ns"] = wall_ns
         res["cpu_ns"] = cpu_ns

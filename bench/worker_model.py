@@ -137,6 +137,8 @@ class WorkerModel:
         self.reqs: dict[str, _Req] = {}
         #: (hash, embeds, kind) per access; kind in miss/device/host/external
         self.accesses: list[tuple[str, int, str]] = []
+        #: the request of each access (same order as ``accesses``)
+        self.access_requests: list[str] = []
         self.max_device = 0
         self.max_host = 0
         self.noop_frees = 0
@@ -309,6 +311,7 @@ class WorkerModel:
                     kind = "device"
                 attributed.add(f.hash)
                 self.accesses.append((f.hash, f.embeds, kind))
+                self.access_requests.append(rid)
         dev = sum(self.device.values()) + sum(self.tails.values())
         host = sum(self.host.values())
         self.max_device = max(self.max_device, dev)
