@@ -190,8 +190,14 @@ def test_ranks_consistent_detects_divergence() -> None:
 
 
 def test_host_bytes_unions_ranks() -> None:
-    def mem(keys: list[str]) -> dict:
-        return {"host_memory": {"page_keys": keys, "page_size": 4096}}
+    def mem(keys: list[str], backing: list[dict] | None = None) -> dict:
+        return {
+            "host_memory": {
+                "page_keys": keys,
+                "page_size": 4096,
+                "backing": backing or [],
+            }
+        }
 
     result = {
         "rounds": [
@@ -200,6 +206,53 @@ def test_host_bytes_unions_ranks() -> None:
         ]
     }
     assert tp.host_bytes(result) == 3 * 4096
+    # A file both ranks map counts once; another file counts too.
+    region = {"file": "1:7", "bytes": 10 * 4096}
+    result["rounds"].append(
+        {"ranks": [mem(["pfn:9"], [region]), mem([], [region])]},
+    )
+    assert tp.host_bytes(result) == 11 * 4096
+    result["rounds"].append(
+        {"ranks": [mem([], [region]), mem([], [{"file": "1:8", "bytes": 4096}])]},
+    )
+    assert tp.host_bytes(result) == 11 * 4096
+
+
+class _Region:
+    """A host region as the paged tier keeps it: a tensor over a shared
+    file whose pages are all reserved, none touched."""
+
+    def __init__(self, path: str, n: int) -> None:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        os.posix_fallocate(fd, 0, n * PAGE)
+        self._map = mmap.mmap(fd, n * PAGE)
+        os.close(fd)
+        self.data = torch.frombuffer(self._map, dtype=torch.uint8)
+        self.total_bytes = n * PAGE
+
+
+class _RegionWorker:
+    def __init__(self, region: _Region) -> None:
+        self.region = region
+
+    def tier_contents(self) -> dict[str, list[str]]:
+        return {"device": [], "host": []}
+
+
+def test_host_tier_memory_counts_a_reserved_region_whole() -> None:
+    # The page table shows no page of an untouched region, but its pages
+    # are allocated: the tier's memory is the region's size.
+    path = f"/dev/shm/scaleout_test_region_{os.getpid()}"
+    try:
+        region = _Region(path, 16)
+        mem = probe.host_tier_memory(_Runner(_RegionWorker(region)))
+    finally:
+        os.unlink(path)
+    assert mem["budget_bytes"] == 16 * PAGE
+    assert [b["bytes"] for b in mem["backing"]] == [16 * PAGE]
+    assert mem["page_keys"] == []
+    ranks = [{"host_memory": mem}, {"host_memory": mem}]
+    assert tp.host_bytes({"rounds": [{"ranks": ranks}]}) == 16 * PAGE
 
 
 def test_slow_entry_delays_the_first_read_then_restores(tmp_path: Path) -> None:
@@ -250,6 +303,12 @@ def test_summary_schema() -> None:
     }
     cli.check_summary(good)
     assert cli.passed(good, reduced=False)
+    # One host tier per rank instead of one per instance fails.
+    per_rank = json.loads(json.dumps(good))
+    per_rank["tp2"]["host_bytes_tp2"] = 2 * 4096
+    assert not cli.passed(per_rank, reduced=False)
+    per_rank["tp2"]["host_bytes_tp1"] = None  # the reduced form: no TP=1 run
+    assert cli.passed(per_rank, reduced=True)
     kill = json.loads(json.dumps(good))
     kill["epd"]["producer_kill_only_affected_failed"] = False
     assert not cli.passed(kill, reduced=False)

@@ -9,7 +9,8 @@ Modules:
   loaded into every worker process. It records, per engine step, a digest of
   the ``ec_manager_metadata`` the rank received and of the tier contents it
   ends the step with, the multimodal items the rank's encoder ran on, and
-  the resident host memory of the encoder cache's host tier. Read through
+  the host memory of the encoder cache's host tier (the bytes allocated to
+  the files backing it, and private resident pages). Read through
   ``collective_rpc`` (``LLM.collective_rpc`` or the server's
   ``/collective_rpc`` in dev mode).
 * :mod:`scaleout.tp` -- TP=1 / TP=2 runs of ``LLM`` with the tiny Qwen2-VL

@@ -79,6 +79,15 @@ def check_summary(summary: dict[str, Any]) -> None:
                 )
 
 
+def host_tier_shared(tp2: dict[str, Any]) -> bool:
+    """Whether TP=2 holds one host tier per instance, not one per rank: its
+    host bytes are measured and within 10% of TP=1's."""
+    one, two = tp2.get("host_bytes_tp1"), tp2.get("host_bytes_tp2")
+    if not one or not two:
+        return False
+    return bool(two <= one + one // 10)
+
+
 def passed(summary: dict[str, Any], reduced: bool) -> bool:
     """Whether every check of the (possibly partial) summary holds; the
     reduced form has no slow-storage or producer-kill phase."""
@@ -87,6 +96,8 @@ def passed(summary: dict[str, Any], reduced: bool) -> bool:
     if t is not None:
         ok &= bool(t["identical_outputs"]) and bool(t["ranks_consistent"])
         ok &= (t["host_hits"] or 0) > 0
+        if t.get("host_bytes_tp1") is not None:  # the reduced form has no TP=1
+            ok &= host_tier_shared(t)
     e = summary.get("epd")
     if e is not None:
         ok &= bool(e["identical_outputs"])

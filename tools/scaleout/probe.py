@@ -239,13 +239,16 @@ def host_tier_memory(runner: Any) -> dict[str, Any]:
 
     ``logical_bytes``: the bytes of the host entries' tensors (a ``host_cache``
     dict of tensors; 0 for a companion that keeps entries in a region).
-    ``page_keys``: :func:`resident_page_keys` of the storages backing the
-    host tier. A storage inside a shared file mapping (a region shared by
-    the TP ranks) counts the whole mapping, since the region is the tier's
-    memory whether or not an entry currently uses a page of it; a private
-    storage counts the pages it spans (small tensors share their first and
+    ``backing``: for each shared file mapping holding the host tier (a
+    region in /dev/shm or a memfd, shared by the TP ranks), the file's
+    identity and the bytes allocated to it (``st_blocks``): the region's
+    pages are reserved at startup, so this is the tier's memory whether or
+    not an entry has touched a page of it, which the page table would not
+    show. ``page_keys``: :func:`resident_page_keys` of the private storages
+    (they count the pages they span; small tensors share their first and
     last page with other heap data, so this over-counts by at most two
-    pages per entry). The harness unions the keys of all ranks.
+    pages per entry), and of a shared mapping whose file cannot be stat'ed.
+    The harness unions both over all ranks.
     """
     comp = companion_of(runner)
     result: dict[str, Any] = {
@@ -257,10 +260,16 @@ def host_tier_memory(runner: Any) -> dict[str, Any]:
         "page_keys": [],
         "method": "none",
         "shared_mappings": [],
+        "backing": [],
+        "budget_bytes": 0,
     }
     if comp is None:
         return result
     result["num_entries"] = len(tier_contents(runner)["host"])
+    # A paged host tier's region: its size, the tier's budget.
+    result["budget_bytes"] = int(
+        getattr(getattr(comp, "region", None), "total_bytes", 0)
+    )
     host = getattr(comp, "host_cache", None)
     if isinstance(host, dict):
         result["logical_bytes"] = sum(
@@ -282,7 +291,15 @@ def host_tier_memory(runner: Any) -> dict[str, Any]:
             shared.add((where[0], where[1], where[6]))
         else:
             ranges.append((ptr, ptr + nbytes))
-    ranges.extend((start, end) for start, end, _ in shared)
+    backing: dict[str, int] = {}
+    for start, end, _ in shared:
+        try:
+            st = os.stat(f"/proc/self/map_files/{start:x}-{end:x}")
+        except OSError:
+            ranges.append((start, end))
+            continue
+        backing[f"{st.st_dev}:{st.st_ino}"] = st.st_blocks * 512
+    result["backing"] = [{"file": k, "bytes": v} for k, v in sorted(backing.items())]
     result["shared_mappings"] = [
         {"path": path, "bytes": end - start} for start, end, path in sorted(shared)
     ]

@@ -227,17 +227,21 @@ def run_case(
 
 # -------------------------------------------------------------- analysis
 def host_bytes(result: dict[str, Any]) -> int:
-    """Resident bytes of the instance's host tier: per round, the union of
-    the resident page keys of all ranks times the page size; the maximum
-    over rounds."""
+    """Bytes of the instance's host tier: per round, the bytes allocated to
+    each distinct file backing it (a region the ranks share counts once),
+    plus the union of the ranks' resident private page keys times the page
+    size; the maximum over rounds."""
     best = 0
     for rnd in result["rounds"]:
         keys: set[str] = set()
+        files: dict[str, int] = {}
         page = 4096
         for rank in rnd["ranks"]:
-            keys.update(rank["host_memory"]["page_keys"])
-            page = rank["host_memory"]["page_size"]
-        best = max(best, len(keys) * page)
+            mem = rank["host_memory"]
+            keys.update(mem["page_keys"])
+            page = mem["page_size"]
+            files.update((b["file"], b["bytes"]) for b in mem.get("backing", []))
+        best = max(best, len(keys) * page + sum(files.values()))
     return best
 
 
@@ -306,6 +310,15 @@ def summarize_case(
         "rank_problems": problems[:10],
         "host_hits": result["host_hits"],
         "host_bytes": host_bytes(result),
+        # One region's bytes (header and blocks), as the ranks report it.
+        "host_budget_bytes": max(
+            (
+                rank["host_memory"].get("budget_bytes", 0)
+                for rnd in result["rounds"]
+                for rank in rnd["ranks"]
+            ),
+            default=0,
+        ),
         "host_logical_bytes": host_logical_bytes(result),
         "host_memory_method": sorted(
             {
