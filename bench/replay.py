@@ -533,6 +533,7 @@ def run_iter(
     token_key = {r.id: r.session or r.id for r in reqs}
     first_token: dict[str, float] = {}
     finish: dict[str, float] = {}
+    failed: dict[str, Any] = {}
     wall_ns: list[int] = []
     cpu_ns: list[int] = []
     running_at: list[int] = []
@@ -645,7 +646,18 @@ def run_iter(
                     first_token[o.request_id] = clock
                 if o.finish_reason is not None:
                     finish[o.request_id] = clock
+                    if str(o.finish_reason) == "error":
+                        failed[o.request_id] = o.stop_reason
         steps += 1
+    if failed:
+        # Not a measurement of serving the trace: say which and why (the
+        # series fails e.g. an item larger than the encoder budget).
+        rid, why = next(iter(failed.items()))
+        raise RuntimeError(
+            f"vLLM failed {len(failed)} of {n} requests, e.g. {rid!r}: "
+            f"{str(why).rstrip('.')}; "
+            "the harness compares runs that serve every request of the trace"
+        )
     if len(finish) != n:
         raise RuntimeError(f"only {len(finish)}/{n} requests finished")
     res = _results(spec, built, worker, total, bpe, enc_flops, enc_label)

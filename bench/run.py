@@ -54,7 +54,7 @@ from bench.runner import (  # noqa: E402
     default_spec,
 )
 from bench.tiers import seed_range  # noqa: E402
-from bench.trace import Trace  # noqa: E402
+from bench.trace import Trace, TraceError  # noqa: E402
 
 log = logging.getLogger("bench")
 
@@ -64,6 +64,9 @@ MAIN_FRACS = (0.25, 0.5)
 #: Total capacities of the miss-ratio curves (>= 8 points, 5%..100%).
 CURVE_FRACS = (0.05, 0.10, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
 HOST_PER_DEVICE = 8  #: device:host = 1:8 in the two-tier split
+#: The two-tier manager's default host block
+#: (``TwoTierEncoderCacheConfig.DEFAULT_HOST_BLOCK_EMBEDDINGS``).
+HOST_BLOCK_EMBEDDINGS = 32
 #: The kept multi-turn target of issue 6: device 8192 (vLLM's default
 #: encoder_cache_size), host 8x, prefix caching off.
 KEPT_DEVICE = 8192
@@ -81,9 +84,12 @@ def total_capacity(frac: float, footprint: int, max_item: int) -> int:
 
 def split(total: int, max_item: int) -> tuple[int, int]:
     """Device and host tiers of a two-tier cache of ``total`` embeddings at
-    device:host = 1:8; the device holds at least the largest item."""
+    device:host = 1:8; the device holds at least the largest item. A host
+    share smaller than one host block is left out (host 0): the manager
+    rejects a host size above 0 that holds no whole block."""
     dev = max(round(total / (1 + HOST_PER_DEVICE)), max_item)
-    return dev, max(0, total - dev)
+    host = max(0, total - dev)
+    return dev, (host if host >= HOST_BLOCK_EMBEDDINGS else 0)
 
 
 def _ns(d: Any) -> Any:
@@ -336,8 +342,26 @@ class Bench:
         """family -> seed -> trace path (seed None for --trace files)."""
         out: dict[str, dict[int | None, Path]] = {}
         if self.args.trace:
+            max_len = int(D.SERVER_DEFAULTS["max_model_len"])
             for path in self.args.trace:
-                t = Trace.load(path)
+                try:
+                    t = Trace.load(path)
+                except (OSError, TraceError) as e:
+                    raise SystemExit(f"--trace {path}: {e}") from None
+                if t.name in out:
+                    raise SystemExit(
+                        f"--trace {path}: another trace is also named {t.name!r} "
+                        "(its file name, or its header's name); give each trace "
+                        "its own"
+                    )
+                long = next((r for r in t.requests if r.prompt_tokens >= max_len), None)
+                if long is not None:
+                    raise SystemExit(
+                        f"--trace {path}: request {long.id!r} has "
+                        f"{long.prompt_tokens} prompt tokens; the harness serves "
+                        f"the model with max_model_len {max_len}, and vLLM "
+                        "rejects a prompt that leaves no room to generate"
+                    )
                 out[t.name] = {None: Path(path).resolve()}
                 self.r["workloads"][t.name] = {
                     "generator": t.generator,

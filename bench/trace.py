@@ -25,6 +25,7 @@ Format (version 1), documented in bench/README.md::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -79,28 +80,70 @@ class TraceRequest:
         return d
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "TraceRequest":
-        try:
-            mm = tuple(
+    def from_json(d: Any) -> "TraceRequest":
+        """A request from its JSON object; TraceError names the field."""
+        if not isinstance(d, dict):
+            raise TraceError(f"a request must be a JSON object, not {d!r}")
+        rid = d.get("id")
+        where = f"request {rid!r}" if isinstance(rid, str) else "request"
+        mm_json = _field(d, "mm", list, where, [])
+        mm = []
+        for k, m in enumerate(mm_json):
+            at = f"{where}: mm[{k}]"
+            if not isinstance(m, dict):
+                raise TraceError(f"{at} must be a JSON object, not {m!r}")
+            mm.append(
                 MMItem(
-                    id=str(m["id"]),
-                    offset=int(m["offset"]),
-                    embeds=int(m["embeds"]),
-                    modality=str(m.get("modality", "image")),
-                    remote=bool(m.get("remote", False)),
+                    id=_field(m, "id", str, at),
+                    offset=_field(m, "offset", int, at),
+                    embeds=_field(m, "embeds", int, at),
+                    modality=_field(m, "modality", str, at, "image"),
+                    remote=_field(m, "remote", bool, at, False),
                 )
-                for m in d.get("mm", [])
             )
-            return TraceRequest(
-                id=str(d["id"]),
-                arrival_s=float(d["arrival_s"]),
-                prompt_tokens=int(d["prompt_tokens"]),
-                output_tokens=int(d["output_tokens"]),
-                mm=mm,
-                session=d.get("session"),
+        arrival = _field(d, "arrival_s", float, where)
+        if not math.isfinite(arrival) or arrival < 0:
+            raise TraceError(
+                f"{where}: arrival_s must be finite and >= 0, not {arrival}"
             )
-        except KeyError as e:
-            raise TraceError(f"request {d.get('id', '?')!r} lacks field {e}") from None
+        return TraceRequest(
+            id=_field(d, "id", str, where),
+            arrival_s=float(arrival),
+            prompt_tokens=_field(d, "prompt_tokens", int, where),
+            output_tokens=_field(d, "output_tokens", int, where),
+            mm=tuple(mm),
+            session=_field(d, "session", str, where, None),
+        )
+
+
+_MISSING: Any = object()
+_KINDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+}
+
+
+def _field(
+    d: dict[str, Any], key: str, kind: type, where: str, default: Any = _MISSING
+) -> Any:
+    """``d[key]`` if it is of ``kind`` (``float`` accepts integers too; a
+    bool is neither an int nor a float), else ``default`` when the key is
+    absent or null and a default is given; TraceError otherwise."""
+    value = d.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise TraceError(f"{where} lacks field {key!r}")
+        return default
+    kinds = (int, float) if kind is float else (kind,)
+    if not isinstance(value, kinds) or (kind is not bool and isinstance(value, bool)):
+        raise TraceError(
+            f"{where}: field {key!r} must be {_KINDS.get(kind, kind.__name__)}, "
+            f"not {value!r}"
+        )
+    return value
 
 
 @dataclass
@@ -115,7 +158,7 @@ class Trace:
 
     def validate(self) -> None:
         """Raise TraceError unless every invariant of the format holds."""
-        sizes: dict[str, int] = {}
+        sizes: dict[str, tuple[int, str]] = {}
         ids: set[str] = set()
         last = float("-inf")
         for r in self.requests:
@@ -131,6 +174,10 @@ class Trace:
             for it in r.mm:
                 if it.embeds <= 0:
                     raise TraceError(f"request {r.id!r}: item {it.id!r} has no embeds")
+                if it.offset < 0:
+                    raise TraceError(
+                        f"request {r.id!r}: item {it.id!r} has a negative offset"
+                    )
                 if it.offset < end:
                     raise TraceError(
                         f"request {r.id!r}: item {it.id!r} overlaps the previous one "
@@ -141,9 +188,12 @@ class Trace:
                     raise TraceError(
                         f"request {r.id!r}: item {it.id!r} ends after the prompt"
                     )
-                if sizes.setdefault(it.id, it.embeds) != it.embeds:
+                first, where = sizes.setdefault(it.id, (it.embeds, r.id))
+                if first != it.embeds:
                     raise TraceError(
-                        f"item {it.id!r} has sizes {sizes[it.id]} and {it.embeds}"
+                        f"item {it.id!r} has {first} embeds in request {where!r} "
+                        f"and {it.embeds} in request {r.id!r}: equal ids must "
+                        "have equal sizes"
                     )
 
     # ------------------------------------------------------------------ I/O
@@ -173,6 +223,7 @@ class Trace:
         path = Path(path)
         name, generator, seed, params = path.stem, "file", None, {}
         requests: list[TraceRequest] = []
+        first = True
         with open(path) as f:
             for lineno, line in enumerate(f, 1):
                 line = line.strip()
@@ -182,22 +233,37 @@ class Trace:
                     d = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise TraceError(f"{path}:{lineno}: {e}") from None
-                if "trace" in d:
+                if isinstance(d, dict) and "trace" in d:
                     h = d["trace"]
+                    if not first or not isinstance(h, dict):
+                        raise TraceError(
+                            f"{path}:{lineno}: a header line must be the first "
+                            'line, {"trace": {...}}'
+                        )
                     if h.get("version", TRACE_VERSION) != TRACE_VERSION:
                         raise TraceError(
                             f"{path}: unsupported version {h.get('version')}"
                         )
-                    name = h.get("name", name)
-                    generator = h.get("generator", generator)
+                    name = str(h.get("name", name))
+                    generator = str(h.get("generator", generator))
                     seed = h.get("seed")
-                    params = h.get("params", {})
+                    params = h.get("params") or {}
+                    first = False
                     continue
-                requests.append(TraceRequest.from_json(d))
+                first = False
+                try:
+                    requests.append(TraceRequest.from_json(d))
+                except TraceError as e:
+                    raise TraceError(f"{path}:{lineno}: {e}") from None
+        if not requests:
+            raise TraceError(f"{path}: no request")
         t = Trace(
             name=name, requests=requests, generator=generator, seed=seed, params=params
         )
-        t.validate()
+        try:
+            t.validate()
+        except TraceError as e:
+            raise TraceError(f"{path}: {e}") from None
         return t
 
     # -------------------------------------------------------------- helpers

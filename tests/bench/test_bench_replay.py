@@ -266,3 +266,20 @@ def test_adaptive_rule_held_fixed(tree_child, tmp_path):
     assert bad["status"] == "error" and f"the duel has {n} rules" in bad["message"]
     other = run("lru", adaptive_rule=0)
     assert other["status"] == "n/a" and "policy adaptive" in other["reason"]
+
+
+def test_a_request_vllm_fails_fails_the_run(tree_child, tmp_path):
+    """A run in which vLLM fails a request (here the series' mm_item_too_large:
+    an item larger than the encoder budget) measured a different workload;
+    it is an error that names the request and the reason, not a result."""
+    reqs = [
+        TraceRequest("ok", 0.0, 400, 2, (MMItem("X", 10, 300),)),
+        TraceRequest("huge", 1.0, 900, 2, (MMItem("Y", 10, 800),)),
+    ]
+    path = str(Trace("huge", reqs).save(tmp_path / "huge.jsonl"))
+    res = tree_child.run(default_spec(path, device_embeds=2304, encoder_budget=500))
+    assert res["status"] == "error", res
+    assert "failed 1 of 2 requests, e.g. 'huge': mm_item_too_large" in res["message"]
+    # The same trace within the budget is served.
+    res = tree_child.run(default_spec(path, device_embeds=2304))
+    assert res["status"] == "ok", res

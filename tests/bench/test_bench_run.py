@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,38 @@ def test_judge_policy_must_be_registered(tmp_path, procs):
     reqs = [TraceRequest("r0", 0.0, 600, 4, (MMItem("img0", 10, 300),))]
     with pytest.raises(SystemExit, match="no_such_policy"):
         _run(tmp_path, Trace("one", reqs), procs, "--judge-policy", "no_such_policy")
+
+
+def test_split_leaves_out_a_host_share_under_one_block():
+    """The two-tier manager rejects a host size above 0 that holds no whole
+    block, so the harness gives such a split no host tier."""
+    assert R.split(9 * 1000, 500) == (1000, 8000)
+    # The device must hold a 1500-embedding item: 25 embeddings are left.
+    assert R.split(1525, 1500) == (1500, 0)
+    assert R.split(1500 + R.HOST_BLOCK_EMBEDDINGS, 1500) == (1500, 32)
+
+
+def _one_request_trace(tmp_path, name: str, prompt: int = 900) -> str:
+    reqs = [TraceRequest("r0", 0.0, prompt, 4, (MMItem("img", 10, 300),))]
+    return str(Trace(name, reqs).save(tmp_path / name / "t.jsonl"))
+
+
+@pytest.mark.parametrize("case", ["same_name", "long_prompt", "bad_line"])
+def test_a_trace_the_harness_cannot_replay_exits_with_the_reason(tmp_path, case):
+    out = ["--out", str(tmp_path / "out")]
+    if case == "same_name":
+        # Two files called t.jsonl, no header: both would be trace "t".
+        a = Path(_one_request_trace(tmp_path, "a"))
+        b = Path(_one_request_trace(tmp_path, "b"))
+        for p in (a, b):
+            p.write_text("\n".join(p.read_text().splitlines()[1:]) + "\n")
+        args, msg = ["--trace", str(a), "--trace", str(b)], "also named 't'"
+    elif case == "long_prompt":
+        path = _one_request_trace(tmp_path, "long", prompt=40000)
+        args, msg = ["--trace", path], "'r0' has 40000 prompt tokens.*32768"
+    else:
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"id": "r0", "arrival_s": "soon"}\n')
+        args, msg = ["--trace", str(path)], r"bad.jsonl:1: request 'r0'.*arrival_s"
+    with pytest.raises(SystemExit, match=msg):
+        R.main([*args, *out, "--skip", "overhead"], procs={})

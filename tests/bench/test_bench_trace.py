@@ -102,3 +102,98 @@ def test_mixed_sizes_span_100x():
     t = W.mixed_sizes(0)
     sizes = {it.embeds for r in t.requests for it in r.mm}
     assert max(sizes) / min(sizes) >= 100
+
+
+def test_negative_offset_is_rejected():
+    t = Trace("bad", [TraceRequest("a", 0, 80, 1, (MMItem("x", -5, 20),))])
+    with pytest.raises(TraceError, match="'a': item 'x' has a negative offset"):
+        t.validate()
+
+
+GOOD = '{"id": "a", "arrival_s": 0, "prompt_tokens": 50, "output_tokens": 3}'
+
+
+@pytest.mark.parametrize(
+    "line, msg",
+    [
+        (
+            '{"id": "b", "arrival_s": NaN, "prompt_tokens": 5, "output_tokens": 1}',
+            r":2: request 'b': arrival_s must be finite and >= 0, not nan",
+        ),
+        (
+            '{"id": "b", "arrival_s": -1, "prompt_tokens": 5, "output_tokens": 1}',
+            r":2: request 'b': arrival_s must be finite and >= 0, not -1",
+        ),
+        (
+            '{"id": "b", "arrival_s": null, "prompt_tokens": 5, "output_tokens": 1}',
+            r":2: request 'b' lacks field 'arrival_s'",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": "abc", "output_tokens": 1}',
+            r":2: request 'b': field 'prompt_tokens' must be an integer, not 'abc'",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 100.7, "output_tokens": 1}',
+            r":2: request 'b': field 'prompt_tokens' must be an integer, not 100.7",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": true}',
+            r":2: request 'b': field 'output_tokens' must be an integer, not True",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 1, '
+            '"session": 5}',
+            r":2: request 'b': field 'session' must be a string, not 5",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 50, "output_tokens": 1, '
+            '"mm": [{"id": "x", "offset": 1, "embeds": 2, "remote": "false"}]}',
+            r":2: request 'b': mm\[0\]: field 'remote' must be true or false",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 50, "output_tokens": 1, '
+            '"mm": [{"offset": 1, "embeds": 2}]}',
+            r":2: request 'b': mm\[0\] lacks field 'id'",
+        ),
+        (
+            '{"id": "b", "arrival_s": 1, "prompt_tokens": 50, "output_tokens": 1, '
+            '"mm": {"id": "x"}}',
+            r":2: request 'b': field 'mm' must be a list",
+        ),
+        (
+            '{"id": 7, "arrival_s": 1, "prompt_tokens": 50, "output_tokens": 1}',
+            r":2: request: field 'id' must be a string, not 7",
+        ),
+        ("[1, 2]", r":2: a request must be a JSON object, not \[1, 2\]"),
+        ('{"trace": {"name": "late"}}', r":2: a header line must be the first line"),
+    ],
+)
+def test_load_names_the_line_and_the_field(tmp_path, line, msg):
+    p = tmp_path / "x.jsonl"
+    p.write_text(GOOD + "\n" + line + "\n")
+    with pytest.raises(TraceError, match=msg):
+        Trace.load(p)
+
+
+def test_load_rejects_an_empty_trace_and_names_the_file(tmp_path):
+    p = tmp_path / "empty.jsonl"
+    p.write_text('{"trace": {"version": 1}}\n')
+    with pytest.raises(TraceError, match=r"empty.jsonl: no request"):
+        Trace.load(p)
+    p.write_text(
+        GOOD
+        + "\n"
+        + GOOD.replace('"a"', '"b"')
+        .replace('"arrival_s": 0', '"arrival_s": 1')
+        .replace("}", ', "mm": [{"id": "x", "offset": 1, "embeds": 2}]}')
+        + "\n"
+        + GOOD.replace('"a"', '"c"')
+        .replace('"arrival_s": 0', '"arrival_s": 2')
+        .replace("}", ', "mm": [{"id": "x", "offset": 1, "embeds": 3}]}')
+        + "\n"
+    )
+    with pytest.raises(
+        TraceError,
+        match=r"empty.jsonl: item 'x' has 2 embeds in request 'b' and 3 in request 'c'",
+    ):
+        Trace.load(p)
