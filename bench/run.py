@@ -346,8 +346,8 @@ class Bench:
             for path in self.args.trace:
                 try:
                     t = Trace.load(path)
-                except (OSError, TraceError) as e:
-                    raise SystemExit(f"--trace {path}: {e}") from None
+                except (OSError, TraceError) as e:  # both name the file
+                    raise SystemExit(f"--trace: {e}") from None
                 if t.name in out:
                     raise SystemExit(
                         f"--trace {path}: another trace is also named {t.name!r} "
