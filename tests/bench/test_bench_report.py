@@ -190,3 +190,21 @@ def test_scorecard_judges_a_capacity_without_infinite_bound_as_targets_does():
     assert rows["two-tier x"]["judged"] == 1
     assert rows["two-tier x"]["missed"] == {"scan @50%": pytest.approx(-0.29)}
     assert rows["peer: ARC"]["met"] == 1
+
+
+def test_targets_say_what_they_average_over():
+    """The report names the seeds the run really had, not the full bench's
+    five (the demo runs two), and a user trace's single replay."""
+
+    def report(*seed_sets: list[str]) -> dict:
+        return {
+            "workloads": {
+                f"w{k}": {"seeds": {s: {} for s in seeds}}
+                for k, seeds in enumerate(seed_sets)
+            }
+        }
+
+    assert R._judged_over(report(["0", "1", "2", "3", "4"])) == "the 5-seed mean"
+    assert R._judged_over(report(["0", "1"], ["0", "1"])) == "the 2-seed mean"
+    assert R._judged_over(report(["0"], ["0", "1"])) == "the 1- to 2-seed mean"
+    assert R._judged_over(report(["-"], ["-"])) == "one replay of each trace"
