@@ -611,7 +611,12 @@ class Bench:
     ) -> list:
         """Issue 6's kept target: multi-turn chat, prefix caching off,
         device 8192 (+ host 8x for the two-tier) vs the default manager."""
-        if "multi_turn" not in traces or via is None or not default_policy:
+        if (
+            "kept" in self.args.skip
+            or "multi_turn" not in traces
+            or via is None
+            or not default_policy
+        ):
             return []
         jobs = []
         kept = self.r["kept"] = {
@@ -898,7 +903,8 @@ def main(
     b.r["meta"].update(
         {
             "mode": "quick" if args.quick else "full",
-            "seeds": list(seed_range(args)),
+            "seeds": [] if args.trace else list(seed_range(args)),
+            "traces": [str(Path(t).resolve()) for t in args.trace],
             "base": args.base,
             "base_version": BASE_VERSION,
             "tree": args.tree,

@@ -118,6 +118,39 @@ def test_small_trace_end_to_end(tmp_path, procs):
     assert "wasted (share; after last use)" in md
 
 
+def test_user_trace_report_names_the_trace_and_honours_skip_kept(tmp_path, procs):
+    """A user trace is one replay, not a seed: the report says so, and a
+    trace named like the kept target's family runs no kept target when
+    --skip kept is given."""
+    reqs = [
+        TraceRequest(f"r{k}", 0.5 * k, 900, 4, (MMItem(f"img{k % 5}", 10, 300),))
+        for k in range(15)
+    ]
+    rc, r = _run(
+        tmp_path,
+        Trace("multi_turn", reqs),
+        procs,
+        "--scenarios",
+        "default",
+        "--policies",
+        "lru",
+        "--skip",
+        "curves",
+        "--skip",
+        "kept",
+    )
+    assert rc == 0, r["errors"]
+    assert r["kept"] == {}
+    (kept,) = (t for t in r["targets"] if t["group"] == "kept")
+    assert kept["status"] == "n/a"
+    assert r["meta"]["seeds"] == [] and len(r["meta"]["traces"]) == 1
+    peers = [t for t in r["targets"] if t["group"] == "peers"]
+    assert peers and all("worst seed" not in t["detail"] for t in peers)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "1 user trace(s), one replay each" in md
+    assert "worst seed -" not in md and "seeds []" not in md
+
+
 def test_judge_policy_judges_a_non_default_policy(tmp_path, procs):
     """--judge-policy makes the targets judge another registered policy,
     without editing the tree; the report says so."""
