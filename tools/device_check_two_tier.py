@@ -20,7 +20,7 @@ host region and its copy stream) on one GPU and measures, with CUDA events:
   memory is reused only after their copies);
 * **bit-exactness** of every round trip.
 
-It prints one JSON line and runs in well under 5 minutes. Without CUDA it
+It prints one JSON line on stdout (vLLM's log lines go to stderr) and runs in well under 5 minutes. Without CUDA it
 refuses (exit 2) unless ``--dry-run`` is given, which runs the same code on
 CPU tensors with small sizes (no timing or memory figures) to check the
 script itself.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -352,6 +353,9 @@ def main() -> int:
     if not tree.is_absolute():
         tree = ROOT / tree
     sys.path.insert(0, str(tree))
+    # vLLM logs to stdout by default: send its lines to stderr so that
+    # stdout is the one JSON line.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     t0 = time.monotonic()
     import torch
 
