@@ -34,7 +34,7 @@ help:
 	@echo "make bench     the full replay benchmark (build/bench/report.md)"
 	@echo "make demo-engine TREE=base|tree   the real engine on CPU with the tiny multimodal model"
 	@echo "make scaleout TREE=tree|PATH   TP=2 and E->PD on CPU (build/scaleout/summary.json)"
-	@echo "BASE=0.32.0 on tree, export, check, pytest, test, demo-engine, bench: the v0.32.0 series"
+	@echo "BASE=0.32.0 on tree, export, check, pytest, test, demo, demo-engine, bench: the v0.32.0 series"
 
 base:
 	$(SERIES) base
