@@ -463,16 +463,18 @@ def link_kernels(repo: Path) -> None:
 
 
 # --------------------------------------------------------------------- check
-def _commit_messages(repo: Path) -> list[tuple[str, str]]:
+def _commit_messages(repo: Path) -> list[tuple[str, str, str]]:
+    """(rev, message, "Author Name <email>") of each patch, in order."""
     out = []
     revs = git(repo, "rev-list", "--reverse", "upstream..HEAD").stdout.split()
     for rev in revs:
         msg = git(repo, "log", "-1", "--format=%B", rev).stdout
-        out.append((rev, msg))
+        author = git(repo, "log", "-1", "--format=%an <%ae>", rev).stdout.strip()
+        out.append((rev, msg, author))
     return out
 
 
-def check_message(name: str, msg: str) -> list[str]:
+def check_message(name: str, msg: str, author: str | None = None) -> list[str]:
     errors = []
     lines = msg.strip("\n").splitlines()
     title = lines[0] if lines else ""
@@ -489,6 +491,9 @@ def check_message(name: str, msg: str) -> list[str]:
         errors.append(f"{name}: commit message has no body saying why")
     if not any(re.match(r"^Signed-off-by: .+ <.+>$", line) for line in lines):
         errors.append(f"{name}: no Signed-off-by: line")
+    elif author is not None and f"Signed-off-by: {author}" not in lines:
+        # vLLM's DCO check wants the author's own sign-off.
+        errors.append(f"{name}: no Signed-off-by: line of its author {author}")
     return errors
 
 
@@ -569,14 +574,14 @@ def check(each: bool = False, start: int = 1) -> None:
                 log("(b) export round trip is byte-identical")
             # (c) messages, (d) ruff on touched files
             revs = _commit_messages(wt)
-            for (rev, msg), name in zip(revs, patches):
-                errors += check_message(name, msg)
+            for (rev, msg, author), name in zip(revs, patches):
+                errors += check_message(name, msg, author)
                 for e in ruff_errors(wt, touched_files(wt, rev)):
                     errors.append(f"{name}: {e}")
             log("(c) titles, bodies, Signed-off-by checked; (d) ruff checked")
             if each and not errors:
                 link_kernels(wt)
-                for i, (rev, _) in enumerate(revs):
+                for i, (rev, _, _) in enumerate(revs):
                     if i + 1 < start:
                         continue
                     git(wt, "checkout", "-q", "--detach", rev)
@@ -621,10 +626,10 @@ def known_cuda_only_deselects() -> list[str]:
     return out
 
 
-def fast_tests(repo: Path, revs: list[tuple[str, str]]) -> list[str]:
+def fast_tests(repo: Path, revs: list[tuple[str, str, str]]) -> list[str]:
     """Test files added or changed by the patches up to this position."""
     tests: set[str] = set()
-    for rev, _ in revs:
+    for rev, _, _ in revs:
         for f in touched_files(repo, rev):
             if (
                 f.startswith("tests/")

@@ -197,6 +197,33 @@ def test_check_rejects_bad_messages(ws):
     assert "no Signed-off-by" in proc.stderr
 
 
+def test_check_wants_the_authors_own_sign_off(ws):
+    """vLLM's DCO check: a patch signed off by someone else than its author
+    is reported, naming the author."""
+    build, patches, run = ws
+    run("tree")
+    tree = build / "tree"
+    p = tree / "vllm" / "core.py"
+    p.write_text(p.read_text().replace("LINE_1 = 1", "LINE_1 = 11"))
+    git(
+        tree,
+        "commit",
+        "-q",
+        "-a",
+        "-s",
+        "--author=Someone Else <else@example.com>",
+        "-m",
+        "[Core] Change one\n\nBecause a test needs it.",
+    )
+    run("export")
+    proc = run("check", ok=False)
+    assert "no Signed-off-by: line of its author" in proc.stderr
+    assert "Someone Else <else@example.com>" in proc.stderr
+    git(tree, "commit", "-q", "--amend", "--reset-author", "--no-edit")
+    run("export")
+    run("check")
+
+
 def test_check_runs_ruff_on_touched_files(ws):
     build, patches, run = ws
     run("tree")
