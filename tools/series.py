@@ -474,6 +474,10 @@ def _commit_messages(repo: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+#: Widest prose line of a commit message body.
+BODY_WIDTH = 76
+
+
 def check_message(name: str, msg: str, author: str | None = None) -> list[str]:
     errors = []
     lines = msg.strip("\n").splitlines()
@@ -489,6 +493,14 @@ def check_message(name: str, msg: str, author: str | None = None) -> list[str]:
     ]
     if not body:
         errors.append(f"{name}: commit message has no body saying why")
+    for line in body:
+        # Prose wraps at 72 (git's convention; 76 leaves room for a long
+        # word); an indented line (a command, code) or a URL may be longer.
+        if len(line) > BODY_WIDTH and not line.startswith("    ") and "://" not in line:
+            errors.append(
+                f"{name}: body line over {BODY_WIDTH} columns "
+                f"({len(line)}): {line[:40]!r}..."
+            )
     if not any(re.match(r"^Signed-off-by: .+ <.+>$", line) for line in lines):
         errors.append(f"{name}: no Signed-off-by: line")
     elif author is not None and f"Signed-off-by: {author}" not in lines:

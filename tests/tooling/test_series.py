@@ -553,3 +553,39 @@ def test_make_base_selects_the_series(ws, ws_env, tmp_path):
     assert (patches / "series").read_text() == ""
     proc = _make(ws_env, "-n", "test")
     assert "test-base BASE=$b" in proc.stdout and "0.22.1 0.32.0" in proc.stdout
+
+
+def test_check_wants_prose_wrapped(ws):
+    """A body line of prose wider than 76 columns is reported; an indented
+    line (a command, code) may be wider."""
+    build, patches, run = ws
+    run("tree")
+    tree = build / "tree"
+    p = tree / "vllm" / "core.py"
+    p.write_text(p.read_text().replace("LINE_1 = 1", "LINE_1 = 11"))
+    long_prose = ("Because " + "a test needs it " * 6).strip()
+    command = "    vllm serve --ec-manager-config '" + "x" * 80 + "'"
+    git(
+        tree,
+        "commit",
+        "-q",
+        "-a",
+        "-s",
+        "-m",
+        f"[Core] Change one\n\n{long_prose}\n\n{command}",
+    )
+    run("export")
+    proc = run("check", ok=False)
+    assert f"body line over 76 columns ({len(long_prose)})" in proc.stderr
+    assert proc.stderr.count("body line over") == 1
+    git(
+        tree,
+        "commit",
+        "-q",
+        "--amend",
+        "-s",
+        "-m",
+        f"[Core] Change one\n\nBecause a test needs it.\n\n{command}",
+    )
+    run("export")
+    run("check")
