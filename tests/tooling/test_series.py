@@ -197,23 +197,25 @@ def test_check_rejects_bad_messages(ws):
     assert "no Signed-off-by" in proc.stderr
 
 
+def _commit_a_change(build: Path, message: str, *args: str) -> Path:
+    """Commit a one-line change to the materialised tree, signed off, with
+    `message` (and `args` for `git commit`); return the tree."""
+    tree = build / "tree"
+    p = tree / "vllm" / "core.py"
+    p.write_text(p.read_text().replace("LINE_1 = 1", "LINE_1 = 11"))
+    git(tree, "commit", "-q", "-a", "-s", *args, "-m", message)
+    return tree
+
+
 def test_check_wants_the_authors_own_sign_off(ws):
     """vLLM's DCO check: a patch signed off by someone else than its author
     is reported, naming the author."""
     build, patches, run = ws
     run("tree")
-    tree = build / "tree"
-    p = tree / "vllm" / "core.py"
-    p.write_text(p.read_text().replace("LINE_1 = 1", "LINE_1 = 11"))
-    git(
-        tree,
-        "commit",
-        "-q",
-        "-a",
-        "-s",
-        "--author=Someone Else <else@example.com>",
-        "-m",
+    tree = _commit_a_change(
+        build,
         "[Core] Change one\n\nBecause a test needs it.",
+        "--author=Someone Else <else@example.com>",
     )
     run("export")
     proc = run("check", ok=False)
@@ -560,20 +562,9 @@ def test_check_wants_prose_wrapped(ws):
     line (a command, code) may be wider."""
     build, patches, run = ws
     run("tree")
-    tree = build / "tree"
-    p = tree / "vllm" / "core.py"
-    p.write_text(p.read_text().replace("LINE_1 = 1", "LINE_1 = 11"))
     long_prose = ("Because " + "a test needs it " * 6).strip()
     command = "    vllm serve --ec-manager-config '" + "x" * 80 + "'"
-    git(
-        tree,
-        "commit",
-        "-q",
-        "-a",
-        "-s",
-        "-m",
-        f"[Core] Change one\n\n{long_prose}\n\n{command}",
-    )
+    tree = _commit_a_change(build, f"[Core] Change one\n\n{long_prose}\n\n{command}")
     run("export")
     proc = run("check", ok=False)
     assert f"body line over 76 columns ({len(long_prose)})" in proc.stderr
