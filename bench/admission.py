@@ -32,7 +32,14 @@ order of ``bench.tiers``' ``swap_first``), with each demotion decided by:
   (log2) and which quarter of the trace the access is in (rates fitted per
   quarter: a trace whose reuse changes as it goes, piecewise);
 * ``oracle``: knows whether the entry comes back within the horizon, or
-  ever. This is future knowledge, a bound.
+  ever. This is future knowledge, a bound;
+* ``inclusive`` and ``incl. oracle``: admit-all, the ``features`` predictor
+  and the oracle in *inclusive* tiers, where the host keeps a promoted
+  entry's copy, so a promoted entry that leaves the device again is not
+  copied twice (``inclusive=True`` of :func:`two_tier_lru_traffic`). The
+  copies take host room that exclusive tiers give to other entries: this
+  answers whether the series' exclusive tiers (docs/design/
+  two_tier_encoder_cache.md) are what makes the target unreachable.
 
 For each it prints the best choice at 25% and 50% whose pooled wasted share
 meets the target (:func:`best_within`), and by how much its hit ratios beat
@@ -93,17 +100,26 @@ def two_tier_lru_traffic(
     device: int,
     host: int,
     admit: Callable[[int], bool] = lambda _: True,
+    inclusive: bool = False,
 ) -> Traffic:
     """Two exclusive LRU tiers with hard budgets, every access moving its
     item to the device. A promoted item leaves the host before device room is
     made (``bench.tiers``' ``swap_first``). When the device evicts an item
     whose latest access is ``seq[i]``, ``admit(i)`` decides: demote it to
     the host (a copy), or drop it. The host evicts in LRU order; in exclusive
-    tiers every host eviction is a wasted demotion."""
+    tiers every host eviction is a wasted demotion.
+
+    ``inclusive=True`` makes the host keep a promoted item's copy (moved to
+    the host's most recent end, in the host's budget): when the device
+    evicts an item whose copy is still on the host, it leaves without a copy
+    and without ``admit`` being asked. A host eviction is then wasted only
+    when that copy was never promoted."""
     if max((size for _, size in seq), default=0) > device:
         raise ValueError("the device tier must hold the largest item")
     dev: OrderedDict[str, int] = OrderedDict()
+    # key -> size on the host; the keys of copies promoted since demotion.
     hst: OrderedDict[str, int] = OrderedDict()
+    promoted: set[str] = set()
     latest: dict[str, int] = {}
     dev_used = host_used = hits = accessed = demoted = wasted = 0
     for i, (key, size) in enumerate(seq):
@@ -115,10 +131,16 @@ def two_tier_lru_traffic(
             continue
         if key in hst:
             hits += size
-            host_used -= hst.pop(key)
+            if inclusive:
+                hst.move_to_end(key)
+                promoted.add(key)
+            else:
+                host_used -= hst.pop(key)
         while dev_used + size > device:
             victim, vsize = dev.popitem(last=False)
             dev_used -= vsize
+            if victim in hst:  # inclusive: its copy is still there
+                continue
             if admit(latest[victim]):
                 hst[victim] = vsize
                 host_used += vsize
@@ -126,8 +148,12 @@ def two_tier_lru_traffic(
         dev[key] = size
         dev_used += size
         while host_used > host:
-            host_used -= (osize := hst.popitem(last=False)[1])
-            wasted += osize
+            old, osize = hst.popitem(last=False)
+            host_used -= osize
+            if old in promoted:
+                promoted.discard(old)
+            else:
+                wasted += osize
     return Traffic(hits, accessed, demoted, wasted)
 
 
@@ -280,11 +306,14 @@ class Run:
 
 
 def _replay_all(
-    runs: Sequence[Run], admits: Sequence[Callable[[int], bool]], label: str
+    runs: Sequence[Run],
+    admits: Sequence[Callable[[int], bool]],
+    label: str,
+    inclusive: bool = False,
 ) -> Choice:
     return pooled(
         [
-            two_tier_lru_traffic(r.seq, r.device, r.host, admit)
+            two_tier_lru_traffic(r.seq, r.device, r.host, admit, inclusive)
             for r, admit in zip(runs, admits, strict=True)
         ],
         label,
@@ -321,17 +350,21 @@ def choices_at(
 ) -> dict[str, list[Choice]]:
     """Every admission of the module docstring replayed on ``runs`` (one
     per seed, at one capacity): admit all, a predictor on each of
-    :func:`feature_sets` and the oracle. The predictors are fitted on
+    :func:`feature_sets` and the oracle in exclusive tiers, then admit all,
+    the ``features`` predictor and the oracle in inclusive ones. The predictors are fitted on
     ``fit`` (other seeds at the same capacity), or in hindsight on ``runs``
     themselves when ``fit`` is ``None``."""
     fit = runs if fit is None else fit
     sets = feature_sets(runs)
     fit_sets = feature_sets(fit)
+    admit_all = [lambda _: True] * len(runs)
     out: dict[str, list[Choice]] = {
-        "admit all": [_replay_all(runs, [lambda _: True] * len(runs), "admit all")],
+        "admit all": [_replay_all(runs, admit_all, "admit all")],
         **{kind: [] for kind in sets},
     }
     out["oracle"] = []
+    out["inclusive"] = [_replay_all(runs, admit_all, "admit all", inclusive=True)]
+    out["incl. oracle"] = []
     for horizon in HORIZONS:
         labels = [
             comes_back(
@@ -340,8 +373,10 @@ def choices_at(
             for r in runs
         ]
         name = _horizon_name(horizon)
-        out["oracle"].append(
-            _replay_all(runs, [lab.__getitem__ for lab in labels], f"comes back {name}")
+        oracle = [lab.__getitem__ for lab in labels]
+        out["oracle"].append(_replay_all(runs, oracle, f"comes back {name}"))
+        out["incl. oracle"].append(
+            _replay_all(runs, oracle, f"comes back {name}", inclusive=True)
         )
         fit_labels = [
             comes_back(
@@ -356,6 +391,10 @@ def choices_at(
                     lambda i, f=f, r=rates, th=th: r(f[i]) >= th for f in features
                 ]
                 out[kind].append(_replay_all(runs, admits, f"{name}, >= {th:.1f}"))
+                if kind == "features":
+                    out["inclusive"].append(
+                        _replay_all(runs, admits, f"{name}, >= {th:.1f}", True)
+                    )
     return out
 
 
@@ -370,24 +409,34 @@ def report(
     ref_low, ref_high = low["admit all"][0], high["admit all"][0]
     ref = (ref_low.hit_ratio, ref_high.hit_ratio)
     lines = [
-        f"{'admission':10s} {names[0] + ' hit':>8s} {names[1] + ' hit':>8s} "
+        f"{'admission':12s} {names[0] + ' hit':>8s} {names[1] + ' hit':>8s} "
         f"{'wasted':>7s} {'vs admit-all':>12s}  choice ({names[0]} / {names[1]})"
     ]
     for kind in low:
         pair = best_within(low[kind], high[kind], ref, target)
         if pair is None:
-            lines.append(f"{kind:10s} no choice meets wasted share <= {target:.2f}")
+            lines.append(f"{kind:12s} no choice meets wasted share <= {target:.2f}")
             continue
         a, b = pair
         margin = min(a.hit_ratio - ref[0], b.hit_ratio - ref[1])
         lines.append(
-            f"{kind:10s} {a.hit_ratio:8.3f} {b.hit_ratio:8.3f} "
+            f"{kind:12s} {a.hit_ratio:8.3f} {b.hit_ratio:8.3f} "
             f"{wasted_share(a, b):7.2f} {margin:+12.3f}  {a.label} / {b.label}"
         )
     if wasted_share(ref_low, ref_high) > target:
         lines.append(
             f"(admit all: {ref[0]:.3f} / {ref[1]:.3f}, wasted share "
             f"{wasted_share(ref_low, ref_high):.2f}, over the target)"
+        )
+    if "inclusive" in low:
+        inc_low, inc_high = low["inclusive"][0], high["inclusive"][0]
+        copied = inc_low.demoted + inc_high.demoted
+        lines.append(
+            f"(admit all, inclusive: {inc_low.hit_ratio:.3f} / "
+            f"{inc_high.hit_ratio:.3f}, wasted share "
+            f"{wasted_share(inc_low, inc_high):.2f}, copies "
+            f"{copied / max(1, ref_low.demoted + ref_high.demoted):.2f} of "
+            "exclusive admit-all's)"
         )
     return lines
 

@@ -82,6 +82,48 @@ def test_admission_is_asked_with_the_latest_access_of_the_victim():
     assert Traffic(0, 0, 0, 0).hit_ratio == 0.0
 
 
+def test_inclusive_tiers_copy_a_promoted_entry_once():
+    # Device 1, host 2: A and B take turns. Exclusive tiers copy each to the
+    # host every time it leaves the device; inclusive ones keep a promoted
+    # entry's copy, so only the first demotion of each is a copy.
+    seq = [("A", 1), ("B", 1), ("A", 1), ("B", 1), ("A", 1)]
+    assert two_tier_lru_traffic(seq, 1, 2) == Traffic(3, 5, 4, 0)
+    assert two_tier_lru_traffic(seq, 1, 2, inclusive=True) == Traffic(3, 5, 2, 0)
+
+
+def test_inclusive_copies_take_host_room_and_are_not_wasted_once_promoted():
+    # Device 1, host 1: A's copy stays on the host when A is promoted, so
+    # B's demotion evicts it (promoted: not wasted), and A leaving the
+    # device for C is a second copy. That one evicts B's copy (never
+    # promoted: wasted), and C's demotion for B evicts A's second copy
+    # (wasted). Exclusive tiers copy and waste as much here.
+    seq = [("A", 1), ("B", 1), ("A", 1), ("C", 1), ("B", 1)]
+    assert two_tier_lru_traffic(seq, 1, 1, inclusive=True) == Traffic(1, 5, 4, 2)
+    assert two_tier_lru_traffic(seq, 1, 1) == Traffic(1, 5, 4, 2)
+    # With room for two, A's promoted copy survives B's demotion: A leaving
+    # the device for C copies nothing, C's demotion for B evicts it
+    # (promoted: not wasted), and B hits.
+    assert two_tier_lru_traffic(seq, 1, 2, inclusive=True) == Traffic(2, 5, 3, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seq=st.lists(st.sampled_from(ITEMS), max_size=60),
+    device=st.integers(4, 8),
+    host=st.integers(0, 12),
+)
+def test_inclusive_tiers_account_every_copy(seq, device, host):
+    t = two_tier_lru_traffic(seq, device, host, inclusive=True)
+    assert t.accessed == sum(s for _, s in seq)
+    assert 0 <= t.wasted <= t.demoted
+    # A host that holds nothing makes both the device LRU alone.
+    if host < min((s for _, s in seq), default=1):
+        assert t == two_tier_lru_traffic(seq, device, host)
+    # Admitting nothing leaves the device LRU, inclusive or not.
+    none = two_tier_lru_traffic(seq, device, host, lambda _: False, inclusive=True)
+    assert none == two_tier_lru_traffic(seq, device, host, lambda _: False)
+
+
 def test_device_must_hold_the_largest_item():
     with pytest.raises(ValueError, match="largest item"):
         two_tier_lru_traffic([("A", 3)], 2, 10)
@@ -127,6 +169,8 @@ def test_choices_with_requests_add_the_context_kind():
         "+ size",
         "+ phase",
         "oracle",
+        "inclusive",
+        "incl. oracle",
     ]
     assert len(out["+ request"]) == len(out["features"])
     # Without the requests of every run, no context kind.
@@ -217,9 +261,24 @@ def test_choices_at_threshold_zero_and_admit_all_agree():
     ]
     out = choices_at(runs)
     admit_all = out["admit all"][0]
-    assert list(out) == ["admit all", "features", "+ size", "+ phase", "oracle"]
+    assert list(out) == [
+        "admit all",
+        "features",
+        "+ size",
+        "+ phase",
+        "oracle",
+        "inclusive",
+        "incl. oracle",
+    ]
     assert len(out["features"]) == len(HORIZONS) * len(THRESHOLDS)
-    assert len(out["oracle"]) == len(HORIZONS)
+    assert len(out["oracle"]) == len(out["incl. oracle"]) == len(HORIZONS)
+    # Inclusive: admit all, then the features predictor's every choice.
+    assert len(out["inclusive"]) == 1 + len(out["features"])
+    inclusive = [
+        two_tier_lru_traffic(r.seq, r.device, r.host, inclusive=True) for r in runs
+    ]
+    assert out["inclusive"][0].demoted == sum(t.demoted for t in inclusive)
+    assert out["inclusive"][0].wasted == sum(t.wasted for t in inclusive)
     # A shared fitted rate of at least 0 admits everything.
     at_zero = [c for c in out["features"] if c.label.endswith(">= 0.0")]
     assert {(c.hit_ratio, c.demoted, c.wasted) for c in at_zero} == {
@@ -236,10 +295,20 @@ def test_report_names_the_best_pair_and_admit_all_over_the_target():
     low = {"admit all": [_c("all", 0.40, 100, 60)], "k": [_c("k1", 0.41, 10, 1)]}
     high = {"admit all": [_c("all", 0.70, 100, 10)], "k": [_c("k2", 0.69, 10, 1)]}
     lines = report(low, high)
-    assert lines[1].startswith("admit all  no choice meets wasted share <= 0.25")
+    assert lines[1].startswith("admit all    no choice meets wasted share <= 0.25")
     assert lines[2].split()[:5] == ["k", "0.410", "0.690", "0.10", "-0.010"]
     assert lines[2].endswith("k1 / k2")
     assert "wasted share 0.35, over the target" in lines[3]
+    assert len(lines) == 4
+    # Inclusive tiers' admit-all, whatever the target, and its copy traffic.
+    low["inclusive"] = [_c("all", 0.39, 40, 20)]
+    high["inclusive"] = [_c("all", 0.69, 60, 5)]
+    lines = report(low, high)
+    assert lines[3].split()[0] == "inclusive"
+    assert lines[-1] == (
+        "(admit all, inclusive: 0.390 / 0.690, wasted share 0.25, copies 0.50 "
+        "of exclusive admit-all's)"
+    )
 
 
 def test_served_sequences_are_the_manager_runs_at_both_capacities(tree_child):
