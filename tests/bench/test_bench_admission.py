@@ -31,14 +31,16 @@ from bench.tiers import single_lru_hits, two_tier_lru_hits
 
 #: Eight items of fixed sizes 1-4.
 ITEMS = [(key, 1 + i % 4) for i, key in enumerate("ABCDEFGH")]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
+#: Access sequences of :data:`ITEMS` and tier sizes that hold the largest.
+tier_cases = given(
     seq=st.lists(st.sampled_from(ITEMS), max_size=60),
     device=st.integers(4, 8),
     host=st.integers(0, 12),
 )
+
+
+@settings(max_examples=300, deadline=None)
+@tier_cases
 def test_admitting_all_or_nothing_are_the_two_lru_hierarchies(seq, device, host):
     t = two_tier_lru_traffic(seq, device, host)
     assert t.hits == two_tier_lru_hits(seq, device, host)
@@ -107,11 +109,7 @@ def test_inclusive_copies_take_host_room_and_are_not_wasted_once_promoted():
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    seq=st.lists(st.sampled_from(ITEMS), max_size=60),
-    device=st.integers(4, 8),
-    host=st.integers(0, 12),
-)
+@tier_cases
 def test_inclusive_tiers_account_every_copy(seq, device, host):
     t = two_tier_lru_traffic(seq, device, host, inclusive=True)
     assert t.accessed == sum(s for _, s in seq)
