@@ -38,8 +38,8 @@ order of ``bench.tiers``' ``swap_first``), with each demotion decided by:
   entry's copy, so a promoted entry that leaves the device again is not
   copied twice (``inclusive=True`` of :func:`two_tier_lru_traffic`). The
   copies take host room that exclusive tiers give to other entries: this
-  answers whether the series' exclusive tiers (docs/design/
-  two_tier_encoder_cache.md) are what makes the target unreachable.
+  answers whether the series' exclusive tiers (the design doc's "The tiers
+  are exclusive") are what makes the target unreachable.
 
 For each it prints the best choice at 25% and 50% whose pooled wasted share
 meets the target (:func:`best_within`), and by how much its hit ratios beat
