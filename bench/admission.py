@@ -351,9 +351,9 @@ def choices_at(
     """Every admission of the module docstring replayed on ``runs`` (one
     per seed, at one capacity): admit all, a predictor on each of
     :func:`feature_sets` and the oracle in exclusive tiers, then admit all,
-    the ``features`` predictor and the oracle in inclusive ones. The predictors are fitted on
-    ``fit`` (other seeds at the same capacity), or in hindsight on ``runs``
-    themselves when ``fit`` is ``None``."""
+    the ``features`` predictor and the oracle in inclusive ones. The
+    predictors are fitted on ``fit`` (other seeds at the same capacity), or
+    in hindsight on ``runs`` themselves when ``fit`` is ``None``."""
     fit = runs if fit is None else fit
     sets = feature_sets(runs)
     fit_sets = feature_sets(fit)
