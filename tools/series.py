@@ -476,6 +476,8 @@ def _commit_messages(repo: Path) -> list[tuple[str, str, str]]:
 
 #: Widest prose line of a commit message body.
 BODY_WIDTH = 76
+#: Longest title (the subject a reviewer reads in the series' log).
+TITLE_WIDTH = 80
 
 
 def check_message(name: str, msg: str, author: str | None = None) -> list[str]:
@@ -485,6 +487,11 @@ def check_message(name: str, msg: str, author: str | None = None) -> list[str]:
     if not TITLE_RE.match(title):
         errors.append(
             f"{name}: title {title!r} lacks a vLLM-style prefix such as [Core]"
+        )
+    if len(title) > TITLE_WIDTH:
+        errors.append(
+            f"{name}: title over {TITLE_WIDTH} characters ({len(title)}): "
+            f"{title[:40]!r}..."
         )
     body = [
         line

@@ -557,6 +557,21 @@ def test_make_base_selects_the_series(ws, ws_env, tmp_path):
     assert "test-base BASE=$b" in proc.stdout and "0.22.1 0.32.0" in proc.stdout
 
 
+def test_check_wants_short_titles(ws):
+    """A title longer than 80 characters is reported; one of 80 is not."""
+    build, patches, run = ws
+    run("tree")
+    at_limit = "[Core] " + "x" * 73
+    too_long = at_limit + "y"
+    tree = _commit_a_change(build, f"{too_long}\n\nBecause a test needs it.")
+    run("export")
+    proc = run("check", ok=False)
+    assert f"title over 80 characters ({len(too_long)})" in proc.stderr
+    git(tree, "commit", "-q", "--amend", "-s", "-m", f"{at_limit}\n\nBecause.")
+    run("export")
+    run("check")
+
+
 def test_check_wants_prose_wrapped(ws):
     """A body line of prose wider than 76 columns is reported; an indented
     line (a command, code) may be wider."""
